@@ -1,0 +1,72 @@
+from functools import partial
+
+import pytest
+import torch
+from torch import nn
+
+from vitlab.layers.blocks import EncoderBlock, PostNormEncoderBlock
+from vitlab.layers.drop import DropPath
+
+
+def test_encoder_block_is_the_pre_norm_formula():
+    torch.manual_seed(0)
+    block = EncoderBlock(32, 4, init_values=0.5).eval()
+    x = torch.randn(2, 6, 32)
+    # x + γ1·MSA(LN(x)), then + γ2·MLP(LN(·)), written out with the block's parameters
+    attn = block.attn
+    h = nn.functional.layer_norm(x, (32,), block.norm1.weight, block.norm1.bias, eps=1e-6)
+    q, k, v = (h @ attn.qkv.weight.T + attn.qkv.bias).reshape(2, 6, 3, 4, 8).permute(2, 0, 3, 1, 4)
+    a = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1) @ v
+    a = a.transpose(1, 2).reshape(2, 6, 32) @ attn.proj.weight.T + attn.proj.bias
+    x1 = x + 0.5 * a
+    h = nn.functional.layer_norm(x1, (32,), block.norm2.weight, block.norm2.bias, eps=1e-6)
+    m = nn.functional.gelu(h @ block.mlp.fc1.weight.T + block.mlp.fc1.bias) @ block.mlp.fc2.weight.T
+    expected = x1 + 0.5 * (m + block.mlp.fc2.bias)
+    torch.testing.assert_close(block(x), expected, atol=1e-5, rtol=1e-5)
+    assert block.mlp.fc1.out_features == 4 * 32
+
+
+def test_encoder_block_matches_timm_block():
+    timm_vit = pytest.importorskip("timm.models.vision_transformer")
+    torch.manual_seed(0)
+    ours = EncoderBlock(48, 3, qkv_bias=True, init_values=1e-2).eval()
+    theirs = timm_vit.Block(48, 3, qkv_bias=True, init_values=1e-2, norm_layer=partial(nn.LayerNorm, eps=1e-6))
+    theirs.load_state_dict(ours.state_dict())  # same names, same layout
+    x = torch.randn(2, 10, 48)
+    torch.testing.assert_close(ours(x), theirs.eval()(x), atol=1e-5, rtol=1e-5)
+
+
+def test_post_norm_block_matches_torch_transformer_encoder_layer():
+    torch.manual_seed(0)
+    ours = PostNormEncoderBlock(32, 4, mlp_ratio=2.0).eval()
+    ref = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True).eval()
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(ours.attn.qkv.weight)
+        ref.self_attn.in_proj_bias.copy_(ours.attn.qkv.bias)
+        ref.self_attn.out_proj.weight.copy_(ours.attn.proj.weight)
+        ref.self_attn.out_proj.bias.copy_(ours.attn.proj.bias)
+        ref.linear1.load_state_dict(ours.mlp.fc1.state_dict())
+        ref.linear2.load_state_dict(ours.mlp.fc2.state_dict())
+        ref.norm1.load_state_dict(ours.norm1.state_dict())
+        ref.norm2.load_state_dict(ours.norm2.state_dict())
+    x = torch.randn(2, 7, 32)
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
+    # torch's boolean masks mean "blocked" where ours mean "allowed"
+    torch.testing.assert_close(ours(x, attn_mask=causal), ref(x, src_mask=~causal), atol=1e-5, rtol=1e-5)
+
+
+def test_drop_path_drops_whole_samples_and_keeps_expectation():
+    drop = DropPath(0.25)
+    x = torch.ones(4000, 3, 2)
+    drop.eval()
+    assert drop(x) is x
+    drop.train()
+    torch.manual_seed(0)
+    y = drop(x)
+    per_sample = y.reshape(4000, -1)
+    assert ((per_sample == 0).all(1) | (per_sample == 1 / 0.75).all(1)).all()  # all or nothing per sample
+    assert abs((per_sample[:, 0] == 0).float().mean().item() - 0.25) < 0.03
+    assert abs(y.mean().item() - 1.0) < 0.05
+    with pytest.raises(ValueError):
+        DropPath(1.0)

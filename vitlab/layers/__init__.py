@@ -1,0 +1,27 @@
+"""Shared building blocks; every model imports these rather than defining its own."""
+
+from .attention import MultiHeadAttention, explicit_attention
+from .blocks import EncoderBlock, LayerScale, PostNormEncoderBlock
+from .drop import DropPath, drop_path
+from .mlp import Mlp
+from .patch_embed import PatchEmbed, patchify, unpatchify
+from .pos_embed import learned_pos_embed, resample_pos_embed, sincos_1d, sincos_2d, sincos_pos_embed
+
+__all__ = [
+    "DropPath",
+    "EncoderBlock",
+    "LayerScale",
+    "Mlp",
+    "MultiHeadAttention",
+    "PatchEmbed",
+    "PostNormEncoderBlock",
+    "drop_path",
+    "explicit_attention",
+    "learned_pos_embed",
+    "patchify",
+    "resample_pos_embed",
+    "sincos_1d",
+    "sincos_2d",
+    "sincos_pos_embed",
+    "unpatchify",
+]

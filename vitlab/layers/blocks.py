@@ -1,0 +1,106 @@
+"""Transformer encoder blocks: pre-norm (ViT) and post-norm (the original Transformer).
+
+Pre-norm, ViT paper eq. 2–3:      x = x + DropPath(MSA(LN(x)));  x = x + DropPath(MLP(LN(x)))
+Post-norm, Vaswani et al. §3.1:   x = LN(x + Dropout(MSA(x)));   x = LN(x + Dropout(MLP(x)))
+
+Both take x: (B, N, D) and an optional attention mask broadcastable to (B, heads, N, N), and return (B, N, D).
+Sub-layer names (norm1, attn, ls1, drop_path1, norm2, mlp, ls2, drop_path2) follow timm's, so checkpoints map
+one to one.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .drop import DropPath
+from .mlp import Mlp
+
+LayerNorm6 = partial(nn.LayerNorm, eps=1e-6)  # the epsilon of the JAX ViT release and of timm
+
+
+class LayerScale(nn.Module):
+    """Per-channel learned scale of a residual branch (CaiT, Touvron et al. 2021). x: (B, N, D) -> (B, N, D)."""
+
+    def __init__(self, dim: int, init_values: float = 1e-5) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
+class EncoderBlock(nn.Module):
+    """Pre-norm transformer encoder block, as in ViT."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        proj_drop: float = 0.0,
+        attn_drop: float = 0.0,
+        drop_path: float = 0.0,
+        init_values: float | None = None,
+        norm_layer: type[nn.Module] | partial = LayerNorm6,
+        act_layer: type[nn.Module] = nn.GELU,
+        fused_attn: bool = True,
+    ) -> None:
+        super().__init__()
+        self.norm1 = norm_layer(dim)
+        self.attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
+        self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)
+        self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+
+    def forward_with_attn(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like forward, also returning the attention probabilities (B, heads, N, N) from the explicit path."""
+        attn_out, probs = self.attn(self.norm1(x), attn_mask=attn_mask, return_attn=True)
+        x = x + self.drop_path1(self.ls1(attn_out))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x, probs
+
+
+class PostNormEncoderBlock(nn.Module):
+    """Post-norm encoder block of the original Transformer: the residual sum is normalised, not the branch input.
+
+    Dropout (not stochastic depth) on each branch output, as in Vaswani et al. §5.4; LayerNorm eps 1e-5 as in
+    `torch.nn.TransformerEncoderLayer`.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+        attn_drop: float = 0.0,
+        norm_layer: type[nn.Module] | partial = nn.LayerNorm,
+        act_layer: type[nn.Module] = nn.ReLU,
+        fused_attn: bool = True,
+    ) -> None:
+        super().__init__()
+        self.attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, dropout, fused=fused_attn)
+        self.norm1 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=dropout)
+        self.norm2 = norm_layer(dim)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm1(x + self.attn(x, attn_mask=attn_mask))
+        x = self.norm2(x + self.mlp(x))
+        return x

@@ -1,0 +1,98 @@
+"""Position embeddings: learnable, fixed sin-cos (1-D and 2-D), and resampling to a new patch grid.
+
+Self-attention is blind to order, so each token gets a vector that says where it came from, added to it
+(ViT paper eq. 1). Shapes: N tokens, D width, h × w patch grid, P prefix tokens (class/distillation tokens).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def sincos_1d(num_positions: int, dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """The fixed encoding of Vaswani et al. §3.5: PE[pos, 2i] = sin(pos / T^(2i/D)), PE[pos, 2i+1] = cos(same).
+
+    Returns (num_positions, dim). dim must be even.
+    """
+    if dim % 2:
+        raise ValueError(f"sin-cos position embeddings need an even width, got dim={dim}")
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (N, 1)
+    # 1 / T^(2i/D) for i = 0 .. D/2-1: geometric wavelengths from 2π to 2π·T
+    inv_freq = torch.exp(-math.log(temperature) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (D/2,)
+    angles = positions * inv_freq  # (N, D/2)
+    pe = torch.empty(num_positions, dim, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)
+    return pe.float()
+
+
+def sincos_2d(grid_size: tuple[int, int], dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """2-D fixed encoding: half the channels encode the patch row, half the column (as in MoCo v3 and MAE).
+
+    Returns (h·w, dim) in row-major grid order. dim must be divisible by 4.
+    """
+    h, w = grid_size
+    if dim % 4:
+        raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4, got dim={dim}")
+    rows = sincos_1d(h, dim // 2, temperature)  # (h, D/2)
+    cols = sincos_1d(w, dim // 2, temperature)  # (w, D/2)
+    grid = torch.cat(
+        [rows[:, None, :].expand(h, w, dim // 2), cols[None, :, :].expand(h, w, dim // 2)], dim=-1
+    )  # (h, w, D)
+    return grid.reshape(h * w, dim)
+
+
+def resample_pos_embed(
+    pos_embed: torch.Tensor,
+    new_grid: tuple[int, int],
+    old_grid: tuple[int, int] | None = None,
+    num_prefix_tokens: int = 1,
+    mode: str = "bicubic",
+    antialias: bool = True,
+) -> torch.Tensor:
+    """Resize the patch part of a position embedding to a new grid; prefix tokens are kept as they are.
+
+    pos_embed: (1, P + h·w, D) -> (1, P + h'·w', D). `old_grid` defaults to a square grid. When the grid does
+    not change the input is returned unchanged. This is how a model trained at 224×224 runs at 384×384
+    (ViT paper §3.2, "Fine-tuning and higher resolution").
+    """
+    _, total, D = pos_embed.shape
+    num_patches = total - num_prefix_tokens
+    if old_grid is None:
+        side = math.isqrt(num_patches)
+        if side * side != num_patches:
+            raise ValueError(
+                f"cannot infer the grid of a position embedding with {num_patches} patch positions "
+                f"(+{num_prefix_tokens} prefix tokens): it is not square; pass old_grid=(h, w)"
+            )
+        old_grid = (side, side)
+    if old_grid[0] * old_grid[1] != num_patches:
+        raise ValueError(
+            f"old_grid {old_grid} holds {old_grid[0] * old_grid[1]} positions, but the embedding has {num_patches} "
+            f"patch positions (+{num_prefix_tokens} prefix tokens)"
+        )
+    new_grid = tuple(new_grid)
+    if tuple(old_grid) == new_grid:
+        return pos_embed
+    prefix, patches = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    # (1, h·w, D) -> (1, D, h, w): interpolate as an image whose channels are the embedding dimensions
+    patches = patches.reshape(1, old_grid[0], old_grid[1], D).permute(0, 3, 1, 2).float()
+    patches = F.interpolate(patches, size=new_grid, mode=mode, antialias=antialias, align_corners=False)
+    patches = patches.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], D).to(pos_embed.dtype)
+    return torch.cat([prefix, patches], dim=1)
+
+
+def sincos_pos_embed(grid_size: tuple[int, int], dim: int, num_prefix_tokens: int = 1) -> torch.Tensor:
+    """Fixed embedding for a ViT: zeros for the prefix tokens, 2-D sin-cos for the patches. (1, P + h·w, D)."""
+    prefix = torch.zeros(num_prefix_tokens, dim)
+    return torch.cat([prefix, sincos_2d(grid_size, dim)])[None]
+
+
+def learned_pos_embed(grid_size: tuple[int, int], dim: int, num_prefix_tokens: int = 1) -> nn.Parameter:
+    """Learnable embedding, truncated normal with std 0.02 (the ViT/timm initialisation). (1, P + h·w, D)."""
+    table = torch.zeros(1, num_prefix_tokens + grid_size[0] * grid_size[1], dim)
+    return nn.Parameter(nn.init.trunc_normal_(table, std=0.02))

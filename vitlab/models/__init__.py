@@ -1,0 +1,13 @@
+from .registry import config_from_dict, config_to_dict, create_model, get_config, list_models, register_model
+from .vit import VisionTransformer, ViTConfig
+
+__all__ = [
+    "VisionTransformer",
+    "ViTConfig",
+    "config_from_dict",
+    "config_to_dict",
+    "create_model",
+    "get_config",
+    "list_models",
+    "register_model",
+]

@@ -1,0 +1,103 @@
+"""The model registry: named presets, `create_model(name, **overrides)` and `list_models(pattern)`.
+
+A preset is a function registered with `@register_model` that returns a frozen config dataclass. The config
+knows how to build its model (`config.build()`), so a model can be rebuilt from the config saved beside its
+weights. Overrides go through `dataclasses.replace`, so a misspelt option fails loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+_PRESETS: dict[str, Callable[[], Any]] = {}
+_CONFIG_TYPES: dict[str, type] = {}  # family name -> config class, to rebuild a model from a saved config
+
+# names users bring from timm that mean the same as ours
+OVERRIDE_ALIASES = {"embed_dim": "dim"}
+
+
+def register_config(cls: type) -> type:
+    """Class decorator for a config dataclass with a `family` class attribute and a `build()` method."""
+    _CONFIG_TYPES[cls.family] = cls
+    return cls
+
+
+def register_model(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Function decorator: register a preset under the function's name."""
+    if fn.__name__ in _PRESETS:
+        raise ValueError(f"model {fn.__name__!r} is registered twice")
+    _PRESETS[fn.__name__] = fn
+    return fn
+
+
+def list_models(pattern: str = "*") -> list[str]:
+    """Registered model names matching a shell-style pattern (`"vit_*_patch16_*"`), sorted."""
+    _import_families()
+    return sorted(name for name in _PRESETS if fnmatch.fnmatch(name, pattern))
+
+
+def get_config(name: str, **overrides: Any) -> Any:
+    """The config of a registered model with overrides applied."""
+    _import_families()
+    if name not in _PRESETS:
+        close = difflib.get_close_matches(name, list(_PRESETS), n=5, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown model {name!r}{hint} (vitlab.list_models() lists all {len(_PRESETS)})")
+    return apply_overrides(_PRESETS[name](), **overrides)
+
+
+def apply_overrides(config: Any, **overrides: Any) -> Any:
+    """`dataclasses.replace` with aliases and an error that names the valid fields."""
+    overrides = {OVERRIDE_ALIASES.get(key, key): value for key, value in overrides.items()}
+    valid = [field.name for field in dataclasses.fields(config)]
+    unknown = [key for key in overrides if key not in valid]
+    if unknown:
+        hints = [f"{key!r} (did you mean {difflib.get_close_matches(key, valid, n=1)[0]!r}?)"
+                 if difflib.get_close_matches(key, valid, n=1) else repr(key) for key in unknown]
+        raise TypeError(
+            f"unknown option(s) {', '.join(hints)} for {type(config).__name__}; valid options: {', '.join(valid)}"
+        )
+    return dataclasses.replace(config, **overrides)
+
+
+def create_model(name: str, *, weights: str | None = None, **overrides: Any) -> nn.Module:
+    """Build a registered model: `create_model("vit_small_patch16_224", num_classes=10, img_size=384)`.
+
+    `weights`: a checkpoint to load (see `vitlab.load_weights`); position embeddings are resampled when the
+    checkpoint's grid differs from the model's.
+    """
+    config = get_config(name, **overrides)
+    model = config.build()
+    model.model_name = name
+    if weights is not None:
+        from ..interop import load_weights
+
+        load_weights(model, weights)
+    return model
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return {"family": config.family, **dataclasses.asdict(config)}
+
+
+def config_from_dict(data: dict[str, Any]) -> Any:
+    """Rebuild a config saved with `config_to_dict` (JSON turns tuples into lists; they are turned back)."""
+    _import_families()
+    data = dict(data)
+    family = data.pop("family")
+    if family not in _CONFIG_TYPES:
+        raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(_CONFIG_TYPES))}")
+    cls = _CONFIG_TYPES[family]
+    data = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items()}
+    return cls(**data)
+
+
+def _import_families() -> None:
+    # registering happens on import of each family's module
+    from . import vit  # noqa: F401

@@ -1,0 +1,286 @@
+"""Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
+
+    z0 = [x_class; x_p¹E; …; x_pᴺE] + E_pos          eq. 1   patches, linear projection, class token, positions
+    z'ℓ = MSA(LN(zℓ₋₁)) + zℓ₋₁                        eq. 2   }
+    zℓ = MLP(LN(z'ℓ)) + z'ℓ                          eq. 3   } `EncoderBlock`, repeated `depth` times
+    y = head(LN(z_L⁰))                               eq. 4   classify from the class token (or the mean token)
+
+Glossary: B batch, C channels, H, W pixels, h, w patch grid, N = h·w patch tokens, P prefix (class) tokens,
+D width (`dim`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar, Sequence
+
+import torch
+from torch import nn
+
+from ..layers.blocks import EncoderBlock
+from ..layers.patch_embed import PatchEmbed
+from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
+from .registry import register_config, register_model
+
+
+@register_config
+@dataclass(frozen=True)
+class ViTConfig:
+    family: ClassVar[str] = "vit"
+
+    img_size: int | tuple[int, int] = 224  # (H, W) the model is built for; ints mean square
+    patch_size: int | tuple[int, int] = 16  # (ph, pw)
+    in_chans: int = 3
+    num_classes: int = 1000  # 0: no head, the model returns pooled features (B, D)
+    global_pool: str = "token"  # "token": classify from the class token; "avg": from the mean patch token
+    dim: int = 768  # token width D
+    depth: int = 12  # number of encoder blocks
+    num_heads: int = 12
+    mlp_ratio: float = 4.0  # MLP hidden width = mlp_ratio · D
+    qkv_bias: bool = True
+    class_token: bool = True
+    pos_embed: str = "learn"  # "learn" | "sincos" | "none"
+    patch_proj: str = "conv"  # "conv" | "linear": same map, two implementations (layers/patch_embed.py)
+    init_values: float | None = None  # layer scale initial value; None: no layer scale
+    drop_rate: float = 0.0  # dropout on the pooled features before the head
+    pos_drop_rate: float = 0.0  # dropout on the embedded tokens (ViT paper appendix B.1)
+    proj_drop_rate: float = 0.0  # dropout after the attention output projection and in the MLP
+    attn_drop_rate: float = 0.0  # dropout on the attention probabilities
+    drop_path_rate: float = 0.0  # stochastic depth, rising linearly from 0 to this over the blocks
+    norm_eps: float = 1e-6
+    fused_attn: bool = True  # scaled_dot_product_attention; False: the explicit formula
+    dynamic_img_size: bool = False  # accept other image sizes, resampling the position embedding on the fly
+
+    def __post_init__(self) -> None:
+        if self.global_pool not in ("token", "avg"):
+            raise ValueError(f"global_pool must be 'token' or 'avg', got {self.global_pool!r}")
+        if self.global_pool == "token" and not self.class_token:
+            raise ValueError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
+        if self.dim % self.num_heads:
+            raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}")
+
+    def build(self) -> VisionTransformer:
+        return VisionTransformer(self)
+
+
+class VisionTransformer(nn.Module):
+    """images (B, C, H, W) -> logits (B, num_classes), or pooled features (B, D) when num_classes=0."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.config = config
+        D = config.dim
+        self.num_classes = config.num_classes
+        self.global_pool = config.global_pool
+        self.num_prefix_tokens = 1 if config.class_token else 0
+        self.dynamic_img_size = config.dynamic_img_size
+
+        # eq. 1: patches -> linear projection -> [class token; patch tokens] + position embeddings
+        self.patch_embed = PatchEmbed(
+            config.img_size, config.patch_size, config.in_chans, D,
+            projection=config.patch_proj, strict_img_size=not config.dynamic_img_size,
+        )
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
+        grid = self.patch_embed.grid_size
+        if config.pos_embed == "learn":
+            self.pos_embed = learned_pos_embed(grid, D, self.num_prefix_tokens)
+        elif config.pos_embed == "sincos":
+            self.register_buffer("pos_embed", sincos_pos_embed(grid, D, self.num_prefix_tokens), persistent=False)
+        elif config.pos_embed == "none":
+            self.pos_embed = None
+        else:
+            raise ValueError(f"pos_embed must be 'learn', 'sincos' or 'none', got {config.pos_embed!r}")
+        self.pos_drop = nn.Dropout(config.pos_drop_rate)
+
+        # eq. 2–3: the encoder; stochastic depth grows linearly with depth (Huang et al. 2016)
+        drop_path_rates = [config.drop_path_rate * i / max(config.depth - 1, 1) for i in range(config.depth)]
+        self.blocks = nn.ModuleList(
+            EncoderBlock(
+                D, config.num_heads, config.mlp_ratio, config.qkv_bias,
+                proj_drop=config.proj_drop_rate, attn_drop=config.attn_drop_rate, drop_path=rate,
+                init_values=config.init_values, norm_layer=partial(nn.LayerNorm, eps=config.norm_eps),
+                fused_attn=config.fused_attn,
+            )
+            for rate in drop_path_rates
+        )
+
+        # eq. 4: final norm, pooling, head
+        self.norm = nn.LayerNorm(D, eps=config.norm_eps)
+        self.head_drop = nn.Dropout(config.drop_rate)
+        self.head = nn.Linear(D, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    @property
+    def num_features(self) -> int:
+        return self.config.dim
+
+    # ---- eq. 1 -------------------------------------------------------------------------------------------
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> tokens (B, P + N, D): patch tokens, class token prepended, positions added."""
+        B, _, H, W = images.shape
+        x = self.patch_embed(images)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)  # (B, 1 + N, D)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed_for(self.patch_embed.grid_for(H, W))
+        return self.pos_drop(x)
+
+    def pos_embed_for(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The position embedding (1, P + h·w, D) for a patch grid, resampled if it is not the built one."""
+        if grid == self.patch_embed.grid_size:
+            return self.pos_embed
+        if self.config.pos_embed == "sincos":
+            return sincos_pos_embed(grid, self.config.dim, self.num_prefix_tokens).to(self.pos_embed)
+        return resample_pos_embed(self.pos_embed, grid, self.patch_embed.grid_size, self.num_prefix_tokens)
+
+    # ---- eq. 2–4 -----------------------------------------------------------------------------------------
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        """images (B, C, H, W) -> normalised tokens (B, P + N, D)."""
+        x = self.embed(images)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """tokens (B, P + N, D) -> logits (B, num_classes), or the pooled features (B, D) if pre_logits."""
+        if self.global_pool == "token":
+            pooled = x[:, 0]  # the class token
+        else:
+            pooled = x[:, self.num_prefix_tokens:].mean(dim=1)  # global average pooling over patch tokens
+        pooled = self.head_drop(pooled)
+        return pooled if pre_logits else self.head(pooled)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(images))
+
+    # ---- feature extraction --------------------------------------------------------------------------------
+    def get_intermediate_layers(
+        self,
+        images: torch.Tensor,
+        n: int | Sequence[int] = 1,
+        reshape: bool = False,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+    ) -> tuple[torch.Tensor, ...] | tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Outputs of encoder blocks, for dense prediction and probing (the interface of timm and DINOv2).
+
+        n: the last n blocks, or a list of block indices (negative counts from the end).
+        Each output is the patch tokens (B, N, D), or (B, D, h, w) with reshape=True; with
+        return_prefix_tokens=True a pair (patch tokens, prefix tokens (B, P, D)). norm=True applies the final
+        LayerNorm to each.
+        """
+        depth = len(self.blocks)
+        indices = range(depth - n, depth) if isinstance(n, int) else [i % depth for i in n]
+        wanted = set(indices)
+        if len(wanted) != len(list(indices)) or (isinstance(n, int) and not 0 < n <= depth):
+            raise ValueError(f"n must be in 1..{depth} or a list of distinct block indices, got {n!r}")
+        _, _, H, W = images.shape
+        h, w = self.patch_embed.grid_for(H, W)
+        x = self.embed(images)
+        collected = {}
+        for i, block in enumerate(self.blocks[: max(wanted) + 1]):
+            x = block(x)
+            if i in wanted:
+                collected[i] = self.norm(x) if norm else x
+        outputs = []
+        for i in indices:
+            tokens = collected[i]
+            prefix, patches = tokens[:, : self.num_prefix_tokens], tokens[:, self.num_prefix_tokens:]
+            if reshape:
+                B, N, D = patches.shape
+                patches = patches.reshape(B, h, w, D).permute(0, 3, 1, 2)  # (B, D, h, w)
+            outputs.append((patches, prefix) if return_prefix_tokens else patches)
+        return tuple(outputs)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh head for `num_classes` classes (the fine-tuning case); 0 removes it."""
+        self.num_classes = num_classes
+        self.head = nn.Linear(self.config.dim, num_classes) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            nn.init.trunc_normal_(self.head.weight, std=0.02)
+            nn.init.zeros_(self.head.bias)
+
+
+# ---- presets: timm's names and sizes (ViT paper Table 1; Ti and S from DeiT) --------------------------------
+def _vit(patch: int, dim: int, depth: int, heads: int, img: int = 224, **kw) -> ViTConfig:
+    return ViTConfig(img_size=img, patch_size=patch, dim=dim, depth=depth, num_heads=heads, **kw)
+
+
+@register_model
+def vit_tiny_patch16_224() -> ViTConfig:
+    return _vit(16, 192, 12, 3)
+
+
+@register_model
+def vit_small_patch16_224() -> ViTConfig:
+    return _vit(16, 384, 12, 6)
+
+
+@register_model
+def vit_small_patch32_224() -> ViTConfig:
+    return _vit(32, 384, 12, 6)
+
+
+@register_model
+def vit_base_patch16_224() -> ViTConfig:
+    return _vit(16, 768, 12, 12)
+
+
+@register_model
+def vit_base_patch32_224() -> ViTConfig:
+    return _vit(32, 768, 12, 12)
+
+
+@register_model
+def vit_base_patch16_384() -> ViTConfig:
+    return _vit(16, 768, 12, 12, img=384)
+
+
+@register_model
+def vit_large_patch16_224() -> ViTConfig:
+    return _vit(16, 1024, 24, 16)
+
+
+@register_model
+def vit_large_patch32_224() -> ViTConfig:
+    return _vit(32, 1024, 24, 16)
+
+
+@register_model
+def vit_huge_patch14_224() -> ViTConfig:
+    return _vit(14, 1280, 32, 16)
+
+
+# ---- small-image models for 28×28 grayscale (Fashion-MNIST) -------------------------------------------------
+def _vit28(patch: int, dim: int, depth: int, heads: int, **kw) -> ViTConfig:
+    return ViTConfig(img_size=28, patch_size=patch, in_chans=1, num_classes=10, dim=dim, depth=depth,
+                     num_heads=heads, **kw)
+
+
+@register_model
+def vit_tiny_patch4_28() -> ViTConfig:
+    """7×7 = 49 patch tokens of 4×4 pixels, 192 wide, 6 deep."""
+    return _vit28(4, 192, 6, 3)
+
+
+@register_model
+def vit_tiny_patch7_28() -> ViTConfig:
+    """4×4 = 16 patch tokens of 7×7 pixels, 192 wide, 6 deep: a quarter of the tokens of patch4."""
+    return _vit28(7, 192, 6, 3)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+__all__ = ["ViTConfig", "VisionTransformer", "count_parameters"]
