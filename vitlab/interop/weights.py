@@ -63,7 +63,7 @@ def read_state_dict(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
         raise FileNotFoundError(f"no checkpoint file at {path}")
     if path.suffix == ".safetensors":
         with safe_open(str(path), framework="pt") as f:
-            return {key: f.get_tensor(key) for key in f.keys()}, dict(f.metadata() or {})
+            return {key: f.get_tensor(key) for key in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a pickle with arbitrary objects is refused rather than executed
@@ -106,7 +106,12 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[s
         state["pos_embed"] = resample_pos_embed(
             state["pos_embed"], model.patch_embed.grid_size, old_grid, num_prefix_tokens=prefix
         )
-    head_differs = any(k in state and k in target and state[k].shape != target[k].shape for k in HEAD_KEYS)
+    # another class count: the head's rows differ, its input width does not
+    head_differs = (
+        "head.weight" in state and "head.weight" in target
+        and state["head.weight"].shape[0] != target["head.weight"].shape[0]
+        and state["head.weight"].shape[1:] == target["head.weight"].shape[1:]
+    )
     head_absent = all(k in state for k in HEAD_KEYS) and not any(k in target for k in HEAD_KEYS)
     if head_differs or head_absent:
         given = state["head.weight"].shape[0]

@@ -121,7 +121,7 @@ class MultiHeadAttention(nn.Module):
         explicit path for this call.
         """
         B, N, D = x.shape
-        if D != self.dim:
+        if self.dim != D:
             raise ValueError(f"expected tokens of width {self.dim}, got input of shape {tuple(x.shape)}")
         q, k, v = self.project_qkv(x, context)
         dropout_p = self.attn_drop if self.training else 0.0

@@ -91,7 +91,7 @@ class PatchEmbed(nn.Module):
         if images.ndim != 4:
             raise ValueError(f"expected images of shape (B, C, H, W), got a tensor of shape {tuple(images.shape)}")
         B, C, H, W = images.shape
-        if C != self.in_chans:
+        if self.in_chans != C:
             raise ValueError(
                 f"expected {self.in_chans} input channels, got {C} (input shape {tuple(images.shape)}); "
                 f"convert the images or build the model with in_chans={C}"
@@ -102,7 +102,7 @@ class PatchEmbed(nn.Module):
                 f"image size {H}×{W} is not a multiple of the patch size {ph}×{pw}; "
                 f"resize or crop to a multiple, e.g. {self.img_size[0]}×{self.img_size[1]}"
             )
-        if self.strict_img_size and (H, W) != self.img_size:
+        if self.strict_img_size and self.img_size != (H, W):
             raise ValueError(
                 f"expected images of size {self.img_size[0]}×{self.img_size[1]}, got {H}×{W}; resize them, or build "
                 f"the model with img_size=({H}, {W}) (position embeddings are resampled) or dynamic_img_size=True"

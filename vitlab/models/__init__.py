@@ -2,8 +2,8 @@ from .registry import config_from_dict, config_to_dict, create_model, get_config
 from .vit import VisionTransformer, ViTConfig
 
 __all__ = [
-    "VisionTransformer",
     "ViTConfig",
+    "VisionTransformer",
     "config_from_dict",
     "config_to_dict",
     "create_model",

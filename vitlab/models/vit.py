@@ -11,9 +11,10 @@ D width (`dim`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn

@@ -1,0 +1,40 @@
+"""`vitlab <command>`: the command-line front door. Each command lives in its own module with
+`add_parser(subparsers)` and `run(args)`; this file only wires them together."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import demo, models_cmd
+
+COMMANDS = [models_cmd, demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(prog="vitlab", description="Vision Transformers, from their parts.")
+    parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        # errors a user can cause carry a message that says what to do; no traceback needed
+        print(f"vitlab {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
