@@ -73,8 +73,15 @@ def download_file(
         try:
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
                 size = int(response.headers.get("Content-Length") or 0) or None
-                bar = tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name,
-                           disable=None if progress else True, leave=False)
+                bar = tqdm(
+                    total=size,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=dest.name,
+                    disable=None if progress else True,
+                    leave=False,
+                )
                 with bar:
                     while chunk := response.read(_CHUNK):
                         out.write(chunk)

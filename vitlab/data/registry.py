@@ -1,0 +1,187 @@
+"""One entry point from a data set name (or folder) to ready-to-use train and test datasets."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch.utils.data import Dataset, Subset
+
+from vitlab.data.fashion_mnist import FASHION_MNIST_CLASSES, FASHION_MNIST_MEAN, FASHION_MNIST_STD, FashionMNIST
+from vitlab.data.folder import ImageFolderDataset
+from vitlab.data.split import split_indices
+from vitlab.data.stats import image_folder_stats
+from vitlab.data.transforms import build_eval_transform, build_train_transform
+
+__all__ = ["FASHION_MNIST_NAMES", "DatasetBundle", "build_datasets"]
+
+FASHION_MNIST_NAMES = ("fashion-mnist", "fashion_mnist", "fashionmnist")
+_SPLIT_FOLDERS = {"train", "val", "test"}
+
+
+@dataclass(frozen=True)
+class DatasetBundle:
+    """What a training run needs to know about its data.
+
+    Attributes:
+        name: ``"fashion-mnist"`` or the image folder's path.
+        train, test: datasets of ``(image: (channels, img_size, img_size) float32 normalised, label: int)``;
+            ``train`` augments unless ``augment=False``. For Fashion-MNIST ``train`` is a :class:`FashionMNIST`
+            whose raw ``images``/``labels`` tensors allow batched augmentation instead.
+        classes: class names, index = label.
+        channels, img_size: the shape the transforms produce.
+        native_size: side of the stored images when they all share one (28 for Fashion-MNIST), else None.
+        mean, std: per-channel normalisation applied by the transforms (in [0, 1] units).
+    """
+
+    name: str
+    train: Dataset
+    test: Dataset
+    classes: list[str]
+    channels: int
+    img_size: int
+    native_size: int | None
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def _repeat(stats: tuple[float, ...], channels: int) -> tuple[float, ...]:
+    return stats * channels if len(stats) == 1 else stats
+
+
+def _check_common(img_size: int | None, channels: int | None) -> None:
+    if channels is not None and channels not in (1, 3):
+        raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}.")
+    if img_size is not None and (not isinstance(img_size, int) or img_size < 1):
+        raise ValueError(f"img_size must be a positive int (pixels per side), got {img_size!r}.")
+
+
+def build_datasets(
+    data: str,
+    data_dir: str | os.PathLike[str] | None = None,
+    val_fraction: float = 0.1,
+    img_size: int | None = None,
+    channels: int | None = None,
+    skip_bad_images: bool = False,
+    seed: int = 0,
+    *,
+    augment: bool = True,
+    crop_padding: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    download: bool = True,
+    strict_counts: bool = True,
+) -> DatasetBundle:
+    """Build train and test datasets for ``data``.
+
+    ``data`` is ``"fashion-mnist"`` or a path to an image folder. A folder is either split already,
+    ``root/train/<class>/...`` plus ``root/test/<class>/...`` (or ``root/val/``; ``test`` wins if both exist),
+    or flat, ``root/<class>/...``, in which case a stratified ``val_fraction`` of it, chosen with ``seed``,
+    becomes the test set. ``val_fraction`` is used only for flat folders: Fashion-MNIST and split folders have
+    their own test sets.
+
+    Args:
+        data: data set name or folder.
+        data_dir: where to look for Fashion-MNIST files first (see :func:`find_fashion_mnist`).
+        val_fraction: share of a flat folder held out for testing, in (0, 1).
+        img_size: side of the images the model sees; default 28 for Fashion-MNIST, 224 for folders.
+        channels: 1 or 3; default 1 for Fashion-MNIST, 3 for folders.
+        skip_bad_images: leave out unreadable images of a folder (checked once, up front) instead of failing.
+        seed: seed of the flat-folder split and of the sample used to estimate folder statistics.
+        augment: random crops and flips on ``train``; off gives it the test pipeline.
+        crop_padding: shift-style augmentation of up to this many pixels (default for Fashion-MNIST: 2 pixels
+            at 28x28, scaled with img_size); None for folders means random-resized crops.
+        mean, std: normalisation; default Fashion-MNIST's constants, or for folders an estimate from up to 512
+            training images.
+        download, strict_counts: passed to :class:`FashionMNIST`.
+
+    Raises:
+        ValueError: ``data`` is neither a known name nor an existing folder, or an argument is out of range.
+    """
+    _check_common(img_size, channels)
+    if data.lower() in FASHION_MNIST_NAMES:
+        return _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, mean, std, download, strict_counts)
+    root = Path(data).expanduser()
+    if root.is_dir():
+        return _image_folder(
+            root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, mean, std
+        )
+    raise ValueError(
+        f"unknown data set {data!r}: expected one of {', '.join(FASHION_MNIST_NAMES)} or the path of an existing "
+        "image folder (root/<class>/<image>). Check the spelling, or the path relative to the current directory "
+        f"({Path.cwd()})."
+    )
+
+
+def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, mean, std, download, strict_counts):
+    img_size = img_size or 28
+    channels = channels or 1
+    mean = tuple(mean) if mean is not None else _repeat(FASHION_MNIST_MEAN, channels)
+    std = tuple(std) if std is not None else _repeat(FASHION_MNIST_STD, channels)
+    if crop_padding is None:
+        crop_padding = max(1, round(2 * img_size / 28))  # 2 of 28 pixels: the shift keeps the garment in frame
+    eval_tf = build_eval_transform(img_size, mean, std, channels)
+    train_tf = build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding) if augment else eval_tf
+    kwargs = {"data_dir": data_dir, "download": download, "strict_counts": strict_counts}
+    return DatasetBundle(
+        name="fashion-mnist",
+        train=FashionMNIST("train", transform=train_tf, **kwargs),
+        test=FashionMNIST("test", transform=eval_tf, **kwargs),
+        classes=list(FASHION_MNIST_CLASSES),
+        channels=channels,
+        img_size=img_size,
+        native_size=28,
+        mean=mean,
+        std=std,
+    )
+
+
+def _is_split_folder(root: Path) -> bool:
+    names = {e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")}
+    return "train" in names and bool(names & {"val", "test"}) and names <= _SPLIT_FOLDERS
+
+
+def _image_folder(root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, mean, std):
+    img_size = img_size or 224
+    channels = channels or 3
+    if _is_split_folder(root):
+        test_name = "test" if (root / "test").is_dir() else "val"
+        train_full = ImageFolderDataset(root / "train", channels=channels, skip_bad_images=skip_bad_images)
+        test_full = ImageFolderDataset(root / test_name, channels=channels, skip_bad_images=skip_bad_images)
+        if train_full.classes != test_full.classes:
+            raise ValueError(
+                f"{root}: train/ and {test_name}/ must have the same class folders; train has {train_full.classes}, "
+                f"{test_name} has {test_full.classes}. Give both the same class folders."
+            )
+        train_idx, test_idx = list(range(len(train_full))), list(range(len(test_full)))
+    else:
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(
+                f"{root} has no train/ and test/ sub-folders, so part of it must be held out for testing: "
+                f"val_fraction must be in (0, 1), got {val_fraction!r}. Use e.g. 0.1, or split the folder yourself."
+            )
+        train_full = test_full = ImageFolderDataset(root, channels=channels, skip_bad_images=skip_bad_images)
+        train_idx, test_idx = split_indices(train_full.targets, val_fraction, seed)
+    if mean is None or std is None:
+        est_mean, est_std = image_folder_stats(train_full, train_idx, seed=seed)
+        mean = tuple(mean) if mean is not None else est_mean
+        std = tuple(std) if std is not None else est_std
+    eval_tf = build_eval_transform(img_size, mean, std, channels)
+    train_tf = build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding) if augment else eval_tf
+    return DatasetBundle(
+        name=str(root),
+        train=Subset(train_full.with_transform(train_tf), train_idx),
+        test=Subset(test_full.with_transform(eval_tf), test_idx),
+        classes=list(train_full.classes),
+        channels=channels,
+        img_size=img_size,
+        native_size=None,
+        mean=tuple(mean),
+        std=tuple(std),
+    )
