@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import demo, models_cmd
+from . import demo, evaluate_cmd, models_cmd, predict, train
 
-COMMANDS = [models_cmd, demo]
+COMMANDS = [train, evaluate_cmd, predict, models_cmd, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

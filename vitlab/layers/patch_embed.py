@@ -11,6 +11,8 @@ A Conv2d with kernel = stride = patch computes exactly the same map (its weight 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -118,3 +120,46 @@ class PatchEmbed(nn.Module):
 
     def grid_for(self, height: int, width: int) -> tuple[int, int]:
         return (height // self.patch_size[0], width // self.patch_size[1])
+
+
+class ConvStemPatchEmbed(PatchEmbed):
+    """A small convolutional stem in place of the single patch projection (the ViT paper's hybrid, §3.1;
+    Xiao et al. 2021, "Early convolutions help transformers see better").
+
+    Each stage is Conv3x3(stride 2) → BatchNorm → ReLU and halves the resolution; a final 1×1 convolution is the
+    linear projection to D. With k stages the tokens cover 2^k × 2^k pixels, the grid of a patch size of 2^k:
+    images (B, C, H, W) -> tokens (B, (H/2^k)·(W/2^k), D).
+    """
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int] = 28,
+        patch_size: int | tuple[int, int] = 4,
+        in_chans: int = 1,
+        embed_dim: int = 192,
+        stem_channels: tuple[int, ...] = (32, 64),
+        strict_img_size: bool = True,
+    ) -> None:
+        patch = to_2tuple(patch_size)
+        if patch != (2 ** len(stem_channels),) * 2:
+            raise ValueError(
+                f"a convolutional stem of {len(stem_channels)} stride-2 stages covers patches of "
+                f"{2 ** len(stem_channels)}×{2 ** len(stem_channels)} pixels, but patch_size is {patch}; "
+                f"give patch_size={2 ** len(stem_channels)} or {int(math.log2(max(patch[0], 2)))} stem stages"
+            )
+        super().__init__(img_size, patch, in_chans, embed_dim, projection="conv", strict_img_size=strict_img_size)
+        layers: list[nn.Module] = []
+        channels = in_chans
+        for width in stem_channels:
+            layers += [nn.Conv2d(channels, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width),
+                       nn.ReLU(inplace=True)]
+            channels = width
+        self.stem = nn.Sequential(*layers)
+        self.proj = nn.Conv2d(channels, embed_dim, kernel_size=1)  # the linear projection of each 2^k cell
+        self.projection = "convstem"
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images: (B, C, H, W) -> tokens (B, h·w, D)."""
+        self.check_input(images)
+        x = self.proj(self.stem(images))  # (B, D, h, w)
+        return x.flatten(2).transpose(1, 2)

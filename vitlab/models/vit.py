@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..layers.blocks import EncoderBlock
-from ..layers.patch_embed import PatchEmbed
+from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
 from .registry import register_config, register_model
 
@@ -42,7 +42,8 @@ class ViTConfig:
     qkv_bias: bool = True
     class_token: bool = True
     pos_embed: str = "learn"  # "learn" | "sincos" | "none"
-    patch_proj: str = "conv"  # "conv" | "linear": same map, two implementations (layers/patch_embed.py)
+    patch_proj: str = "conv"  # "conv" | "linear": same map, two implementations; "convstem": the hybrid stem
+    stem_channels: tuple[int, ...] = (32, 64)  # widths of the stride-2 stages of patch_proj="convstem"
     init_values: float | None = None  # layer scale initial value; None: no layer scale
     drop_rate: float = 0.0  # dropout on the pooled features before the head
     pos_drop_rate: float = 0.0  # dropout on the embedded tokens (ViT paper appendix B.1)
@@ -78,10 +79,16 @@ class VisionTransformer(nn.Module):
         self.dynamic_img_size = config.dynamic_img_size
 
         # eq. 1: patches -> linear projection -> [class token; patch tokens] + position embeddings
-        self.patch_embed = PatchEmbed(
-            config.img_size, config.patch_size, config.in_chans, D,
-            projection=config.patch_proj, strict_img_size=not config.dynamic_img_size,
-        )
+        if config.patch_proj == "convstem":
+            self.patch_embed = ConvStemPatchEmbed(
+                config.img_size, config.patch_size, config.in_chans, D, tuple(config.stem_channels),
+                strict_img_size=not config.dynamic_img_size,
+            )
+        else:
+            self.patch_embed = PatchEmbed(
+                config.img_size, config.patch_size, config.in_chans, D,
+                projection=config.patch_proj, strict_img_size=not config.dynamic_img_size,
+            )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
         grid = self.patch_embed.grid_size
         if config.pos_embed == "learn":

@@ -1,0 +1,113 @@
+"""Accuracy against wall-clock time on Fashion-MNIST, for the default recipe and its variants.
+
+    python benchmarks/fashion_mnist_recipe.py                       # default recipe + hybrid, side by side
+    python benchmarks/fashion_mnist_recipe.py --variants plain_d96 convstem_d96 --epochs 5
+
+Each variant is a full `vitlab train` run (through the same engine as the command line) in
+benchmarks/results/runs/NAME; the test accuracy after every epoch is plotted against the cumulative training
+time (evaluation time excluded, and reported separately). Writes benchmarks/results/fashion_mnist_recipe.json
+and .png and prints a markdown table. Run one benchmark at a time: the machine has 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from vitlab.engine.recipes import RECIPES
+from vitlab.engine.session import TrainOptions, train_run
+from vitlab.engine.trainer import read_metrics
+
+RESULTS = Path(__file__).parent / "results"
+
+# name -> (model, model overrides, recipe overrides)
+VARIANTS: dict[str, tuple[str, dict, dict]] = {
+    "default": (RECIPES["fashion-mnist"]["model"], {}, {}),
+    "convstem": ("vit_tiny_convstem_28", {}, {}),
+    "plain_d96": ("vit_tiny_patch4_28", {"dim": 96, "num_heads": 3}, {}),
+    "convstem_d96": ("vit_tiny_patch4_28", {"dim": 96, "num_heads": 3, "patch_proj": "convstem"}, {}),
+    "plain_d64": ("vit_tiny_patch4_28", {"dim": 64, "num_heads": 2}, {}),
+    "plain_p7_d192": ("vit_tiny_patch7_28", {}, {}),
+}
+
+
+def run_variant(name: str, epochs: int | None, lr: float | None, seed: int) -> dict:
+    model, model_overrides, recipe_overrides = VARIANTS[name]
+    run_dir = RESULTS / "runs" / name
+    options = TrainOptions(data="fashion-mnist", out=str(run_dir), model=model, seed=seed,
+                           model_overrides=model_overrides, **recipe_overrides)
+    if epochs is not None:
+        options.epochs = epochs
+    if lr is not None:
+        options.lr = lr
+    start = time.perf_counter()
+    final = train_run(options)
+    wall = time.perf_counter() - start
+    rows = read_metrics(run_dir)
+    train_time = 0.0
+    curve = []
+    for row in rows:
+        train_time += row["train_time_s"]
+        curve.append({"epoch": row["epoch"], "train_time_s": round(train_time, 1),
+                      "elapsed_s": round(row["elapsed_s"], 1), "test_acc": row.get("test_acc")})
+    info = json.loads((run_dir / "config.json").read_text())
+    params = sum(p.numel() for p in __import__("vitlab").interop.load_model(run_dir / "last.safetensors").parameters())
+    return {"variant": name, "model": model, "model_overrides": model_overrides, "recipe": info["recipe"],
+            "params": params, "final_test_acc": final["test_acc"], "train_time_s": round(train_time, 1),
+            "wall_time_s": round(wall, 1), "images_per_s": round(rows[-1]["train_images_per_s"], 1),
+            "curve": curve}
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        xs = [p["train_time_s"] / 60 for p in r["curve"]]
+        ys = [100 * p["test_acc"] for p in r["curve"]]
+        ax.plot(xs, ys, "o-", label=f"{r['variant']} ({r['params'] / 1e6:.2f} M params)")
+    ax.axhline(90, color="gray", ls="--", lw=1)
+    ax.axvline(15, color="gray", ls=":", lw=1)
+    ax.set(xlabel="training time (min, 2 CPU cores)", ylabel="Fashion-MNIST test accuracy (%)",
+           title="accuracy against training time")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=["default", "convstem"], choices=sorted(VARIANTS))
+    parser.add_argument("--epochs", type=int, help="override the recipe's epochs")
+    parser.add_argument("--lr", type=float, help="override the recipe's learning rate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tag", default="fashion_mnist_recipe", help="name of the result files")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    machine = {"cpu_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "torch": torch.__version__,
+               "platform": platform.platform(), "processor": platform.processor()}
+    results = [run_variant(name, args.epochs, args.lr, args.seed) for name in args.variants]
+    out = {"machine": machine, "results": results}
+    (RESULTS / f"{args.tag}.json").write_text(json.dumps(out, indent=2))
+    plot(results, RESULTS / f"{args.tag}.png")
+    print("| variant | model | params | epochs | train time (min) | images/s | test accuracy |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['variant']} | {r['model']} {r['model_overrides'] or ''} | {r['params']:,} | "
+              f"{r['recipe']['epochs']} | {r['train_time_s'] / 60:.1f} | {r['images_per_s']:.0f} | "
+              f"{100 * r['final_test_acc']:.2f} % |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""The commands end to end on the committed Fashion-MNIST slice and on a generated image folder."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitlab.cli.main import main
+from vitlab.data import load_fashion_mnist
+from vitlab.data.fashion_mnist import FASHION_MNIST_MEAN, FASHION_MNIST_STD
+from vitlab.interop import load_model, read_state_dict
+
+MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
+TINY = ["--data-dir", str(MINI), "--allow-partial-data", "--model", "vit_tiny_patch4_28", "--batch-size", "32"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "fm"
+    assert main(["train", *TINY, "--epochs", "2", "--out", str(out)]) == 0
+    return out
+
+
+def test_train_prints_the_final_accuracy(run_dir, capsys):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    out = subprocess.run([sys.executable, "-m", "vitlab", "train", *TINY, "--epochs", "1", "--out",
+                          str(run_dir.parent / "again")], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("test accuracy: ")
+
+
+def test_eval_json_equals_accuracy_computed_by_hand(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    images, labels = load_fashion_mnist("test", MINI, download=False, strict_counts=False)
+    model = load_model(run_dir / "last.safetensors").eval()
+    x = (images[:, None].float() / 255 - FASHION_MNIST_MEAN[0]) / FASHION_MNIST_STD[0]
+    with torch.no_grad():
+        predicted = model(x).argmax(-1)
+    assert result["accuracy"] == pytest.approx((predicted == labels).float().mean().item())
+    assert result["num_images"] == 100 and len(result["confusion"]) == 10
+    assert sum(map(sum, result["confusion"])) == 100
+    assert Image.open(run_dir / "confusion.png").size[0] > 100
+
+
+def test_eval_text_output(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("accuracy: ") and "Ankle boot" in out and "confusion matrix" in out
+
+
+def test_predict_top_k_matches_the_model(run_dir, tmp_path, capsys):
+    images, _ = load_fashion_mnist("test", MINI, download=False, strict_counts=False)
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"item{i}.png"
+        Image.fromarray(images[i].numpy()).convert("RGB").save(path)  # an RGB file: converted to grayscale
+        paths.append(str(path))
+    assert main(["predict", str(run_dir), *paths, "--top-k", "3", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    model = load_model(run_dir / "last.safetensors").eval()
+    x = (images[:2, None].float() / 255 - FASHION_MNIST_MEAN[0]) / FASHION_MNIST_STD[0]
+    with torch.no_grad():
+        probs = model(x).softmax(-1)
+    for item, row in zip(results, probs):
+        top = item["top_k"]
+        assert len(top) == 3 and top[0]["index"] == int(row.argmax())
+        assert top[0]["probability"] == pytest.approx(row.max().item(), abs=1e-4)
+        assert top[0]["probability"] >= top[1]["probability"] >= top[2]["probability"]
+    assert main(["predict", str(run_dir), paths[0]]) == 0
+    assert capsys.readouterr().out.startswith(paths[0] + ": ")
+
+
+def test_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "--epochs" in out and "default" in out and "vit_tiny_patch4_28" in out
+
+
+def test_wrong_model_name_lists_close_matches(tmp_path, capsys):
+    assert main(["train", *TINY[:3], "--model", "vit_tiny_patch4", "--out", str(tmp_path / "x")]) == 2
+    assert "did you mean vit_tiny_patch4_28" in capsys.readouterr().err
+
+
+def test_eval_of_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "not a vitlab run folder" in capsys.readouterr().err
+
+
+def make_folder(root: Path, per_class: int = 12, bad: bool = False) -> Path:
+    """Two classes a ViT can tell apart: bright top half vs bright bottom half, in RGB, L and RGBA files."""
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(["top", "bottom"]):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 60, (20, 20), dtype=np.uint8)
+            if label == 0:
+                pixels[:10] += 180
+            else:
+                pixels[10:] += 180
+            mode = ["RGB", "L", "RGBA"][i % 3]
+            Image.fromarray(pixels).convert(mode).save(root / name / f"{i}.png")
+    if bad:
+        (root / "top" / "broken.png").write_bytes(b"not an image at all")
+    return root
+
+
+FOLDER_MODEL = ["--model", "vit_tiny_patch4_28", "--img-size", "16", "--batch-size", "8", "--epochs", "2"]
+
+
+def test_train_on_an_image_folder(tmp_path, capsys):
+    folder = make_folder(tmp_path / "images")
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(folder), *FOLDER_MODEL, "--out", str(out), "--val-fraction", "0.25"]) == 0
+    info = json.loads((out / "config.json").read_text())
+    assert info["data"]["classes"] == ["bottom", "top"] and info["data"]["channels"] == 3
+    capsys.readouterr()
+    assert main(["eval", str(out), "--json", "--no-plot"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["num_images"] == 6 and result["classes"] == ["bottom", "top"]
+    assert main(["predict", str(out), str(folder / "top" / "1.png"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["top_k"][0]["class"] in ("bottom", "top")
+
+
+def test_bad_image_is_named_or_skipped(tmp_path, capsys):
+    folder = make_folder(tmp_path / "images", bad=True)
+    assert main(["train", "--data", str(folder), *FOLDER_MODEL, "--out", str(tmp_path / "a")]) == 2
+    assert "broken.png" in capsys.readouterr().err
+    assert main(["train", "--data", str(folder), *FOLDER_MODEL, "--out", str(tmp_path / "b"),
+                 "--skip-bad-images"]) == 0
+    info = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert info["data"]["skipped_images"] == 1
+
+
+@pytest.mark.slow
+def test_killed_process_resumes_to_the_same_weights(tmp_path):
+    """SIGKILL a real training process at an arbitrary moment; the checkpoint left behind is readable and
+    resuming from it gives the weights of an uninterrupted run."""
+    common = [sys.executable, "-m", "vitlab", "train", *TINY, "--epochs", "4", "--seed", "1"]
+    straight = tmp_path / "straight"
+    subprocess.run([*common, "--out", str(straight)], check=True, capture_output=True)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([*common, "--out", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "state.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    epochs_done = torch.load(killed / "state.pt", weights_only=True)["epoch"]
+    assert 1 <= epochs_done <= 4
+    subprocess.run([sys.executable, "-m", "vitlab", "train", "--resume", str(killed)], check=True, capture_output=True)
+    a = read_state_dict(straight / "last.safetensors")[0]
+    b = read_state_dict(killed / "last.safetensors")[0]
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0)

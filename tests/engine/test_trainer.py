@@ -1,0 +1,109 @@
+import json
+import os
+
+import pytest
+import torch
+from PIL import Image
+
+from tests.engine.conftest import tiny_options
+from vitlab.engine import checkpoint
+from vitlab.engine.loaders import TensorLoader
+from vitlab.engine.session import load_run, train_run
+from vitlab.engine.trainer import read_metrics
+from vitlab.interop import read_state_dict
+
+
+def weights(run_dir, which="last"):
+    return read_state_dict(run_dir / f"{which}.safetensors")[0]
+
+
+def test_tensor_loader_order_is_a_permutation_fixed_by_seed_and_epoch():
+    images = torch.arange(10, dtype=torch.uint8).view(10, 1, 1).expand(10, 2, 2).contiguous()
+    labels = torch.arange(10)
+    loader = TensorLoader(images, labels, batch_size=4, mean=[0.0], std=[1.0], shuffle=True, seed=3)
+    epoch0 = torch.cat([y for _, y in loader])
+    assert sorted(epoch0.tolist()) == list(range(10)) and len(loader) == 3
+    assert torch.equal(epoch0, torch.cat([y for _, y in loader]))
+    loader.set_epoch(1)
+    assert not torch.equal(epoch0, torch.cat([y for _, y in loader]))
+    x, y = next(iter(loader))
+    torch.testing.assert_close(x[:, 0, 0, 0], y.float() / 255)  # pixels scaled to [0, 1] and normalised
+
+
+def test_run_folder_contents_and_metrics(tmp_path):
+    result = train_run(tiny_options(tmp_path / "run"))
+    run = tmp_path / "run"
+    for name in ("config.json", "metrics.jsonl", "last.safetensors", "best.safetensors", "state.pt", "curves.png"):
+        assert (run / name).is_file(), name
+    rows = read_metrics(run)
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert {"train_loss", "train_acc", "test_loss", "test_acc", "lr", "elapsed_s"} <= set(rows[0])
+    assert result["test_acc"] == rows[-1]["test_acc"]
+    assert Image.open(run / "curves.png").size == (1000, 400)
+    info = json.loads((run / "config.json").read_text())
+    assert info["data"]["classes"][0] == "T-shirt/top" and info["recipe"]["epochs"] == 2
+    model, _ = load_run(run)
+    assert model.config.dim == 32
+
+
+def test_seed_makes_a_run_repeatable(tmp_path):
+    train_run(tiny_options(tmp_path / "a", epochs=1))
+    train_run(tiny_options(tmp_path / "b", epochs=1))
+    train_run(tiny_options(tmp_path / "c", epochs=1, seed=1))
+    a, b, c = weights(tmp_path / "a"), weights(tmp_path / "b"), weights(tmp_path / "c")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
+    assert not torch.equal(a["blocks.0.attn.qkv.weight"], c["blocks.0.attn.qkv.weight"])
+
+
+def test_interrupted_then_resumed_equals_straight_run(tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    train_run(tiny_options(straight, epochs=3))
+
+    # a run that dies in the middle of its second epoch, after one checkpoint
+    resumed = tmp_path / "resumed"
+    import vitlab.engine.trainer as trainer
+
+    real = trainer.train_one_epoch
+
+    def dying(model, loader, *args, **kw):
+        epoch = args[-2]
+        if epoch == 1:
+            batches = iter(loader)
+            next(batches)
+            raise KeyboardInterrupt("killed")
+        return real(model, loader, *args, **kw)
+
+    monkeypatch.setattr(trainer, "train_one_epoch", dying)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(tiny_options(resumed, epochs=3))
+    monkeypatch.setattr(trainer, "train_one_epoch", real)
+    assert [r["epoch"] for r in read_metrics(resumed)] == [1]
+    train_run(tiny_options(resumed, resume=str(resumed)))
+    a, b = weights(straight), weights(resumed)
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0)
+    assert [r["epoch"] for r in read_metrics(resumed)] == [1, 2, 3]
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    checkpoint.save_training_state(tmp_path, epoch=1)
+    real_save = torch.save
+
+    def crash(obj, path, *a, **kw):
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save_training_state(tmp_path, epoch=2)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert checkpoint.load_training_state(tmp_path)["epoch"] == 1  # the last good one, intact
+    assert os.listdir(tmp_path) == ["state.pt"]  # no temporary file left behind
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        checkpoint.load_training_state(tmp_path)

@@ -1,0 +1,65 @@
+"""`vitlab train`: train a model on Fashion-MNIST or an image folder; prints the final test accuracy."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..engine.recipes import RECIPES
+
+FM = RECIPES["fashion-mnist"]
+FOLDER = RECIPES["folder"]
+
+
+def _recipe_default(key: str) -> str:
+    return f"(default: recipe — fashion-mnist {FM[key]}, folder {FOLDER[key]})"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a model", description="Train a ViT. Without options it runs the data's default recipe.",
+    )
+    p.add_argument("--data", default="fashion-mnist", help="'fashion-mnist' or a folder of class sub-folders "
+                   "(default: fashion-mnist)")
+    p.add_argument("--out", help="run folder to write (default: runs/MODEL-TIMESTAMP)")
+    p.add_argument("--model", help=f"registered model name {_recipe_default('model')}")
+    p.add_argument("--data-dir", help="where Fashion-MNIST's files are (default: search $VITLAB_DATA, "
+                   "/usr/share/datasets, then download)")
+    p.add_argument("--epochs", type=int, help=f"epochs {_recipe_default('epochs')}")
+    p.add_argument("--batch-size", type=int, help=f"batch size {_recipe_default('batch_size')}")
+    p.add_argument("--lr", type=float, help=f"peak learning rate {_recipe_default('lr')}")
+    p.add_argument("--weight-decay", type=float, help=f"AdamW weight decay {_recipe_default('weight_decay')}")
+    p.add_argument("--warmup-epochs", type=float, help=f"linear warm-up {_recipe_default('warmup_epochs')}")
+    p.add_argument("--label-smoothing", type=float, help=f"{_recipe_default('label_smoothing')}")
+    p.add_argument("--clip-grad", type=float, help=f"max gradient norm, 0 = off {_recipe_default('clip_grad')}")
+    p.add_argument("--drop-path", type=float, help=f"stochastic depth rate {_recipe_default('drop_path')}")
+    p.add_argument("--img-size", type=int, help=f"image side the model sees {_recipe_default('img_size')}")
+    p.add_argument("--crop-padding", type=int, help="random shift of up to this many pixels; folders without it "
+                   f"use random-resized crops {_recipe_default('crop_padding')}")
+    p.add_argument("--no-hflip", dest="hflip", action="store_false", default=None,
+                   help="no random horizontal flips (default: flips on)")
+    p.add_argument("--val-fraction", type=float, default=0.1,
+                   help="share of a folder without train/ and test/ held out for evaluation (default: 0.1)")
+    p.add_argument("--skip-bad-images", action="store_true",
+                   help="skip unreadable images (counted) instead of stopping (default: off)")
+    p.add_argument("--allow-partial-data", action="store_true",
+                   help="accept a Fashion-MNIST copy with fewer images than the official 60,000/10,000 (default: off)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (default: off; slow on most CPUs)")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights, data order and augmentation (default: 0)")
+    p.add_argument("--workers", type=int, default=0, help="data-loading processes for folders (default: 0)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run that stopped, from its last checkpoint")
+    p.add_argument("--max-epochs-this-run", type=int, help="stop after this many epochs (resume later)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..engine.session import TrainOptions, train_run
+
+    fields = TrainOptions.__dataclass_fields__
+    options = TrainOptions(**{k: v for k, v in vars(args).items() if k in fields})
+    result = train_run(options)
+    if "test_acc" in result:
+        print(f"run folder: {result['run_dir']}")
+        print(f"test accuracy: {result['test_acc']:.4f} after {result['epoch']} epochs, "
+              f"{result['elapsed_s'] / 60:.1f} min of training")
+    return 0

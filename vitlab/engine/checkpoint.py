@@ -1,0 +1,59 @@
+"""Checkpoints that survive a kill at any moment: write to a temporary file in the same folder, then rename.
+
+A run folder holds
+    last.safetensors, best.safetensors   model weights + config (what `vitlab eval`/`predict` read)
+    state.pt                             everything needed to resume: model, optimizer, scheduler, epoch, step,
+                                         RNG states, best accuracy (tensors and plain values only, so it loads
+                                         with weights_only=True)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATE_FILE = "state.pt"
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the new one, never half of one
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_as_tuple(state["python"]))
+
+
+def _as_tuple(value: Any) -> Any:
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def save_training_state(run_dir: Path, **state: Any) -> None:
+    atomic_torch_save({**state, "rng": rng_state()}, Path(run_dir) / STATE_FILE)
+
+
+def load_training_state(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / STATE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"nothing to resume in {run_dir}: {STATE_FILE} is missing (the run stopped before its first epoch "
+            f"ended); start it again without --resume"
+        )
+    return torch.load(path, map_location="cpu", weights_only=True)
