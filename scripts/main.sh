@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the main job.
+# Set up (scripts/setup.sh), train the default Fashion-MNIST recipe, evaluate it and print the test accuracy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/vitlab models
-.venv/bin/vitlab demo --model vit_tiny_patch4_28
+.venv/bin/vitlab train --data fashion-mnist --out runs/fashion-mnist --overwrite
+.venv/bin/vitlab eval runs/fashion-mnist

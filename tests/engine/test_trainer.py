@@ -8,7 +8,7 @@ from PIL import Image
 from tests.engine.conftest import tiny_options
 from vitlab.engine import checkpoint
 from vitlab.engine.loaders import TensorLoader
-from vitlab.engine.session import load_run, train_run
+from vitlab.engine.session import TrainOptions, load_run, train_run
 from vitlab.engine.trainer import read_metrics
 from vitlab.interop import read_state_dict
 
@@ -79,7 +79,7 @@ def test_interrupted_then_resumed_equals_straight_run(tmp_path, monkeypatch):
         train_run(tiny_options(resumed, epochs=3))
     monkeypatch.setattr(trainer, "train_one_epoch", real)
     assert [r["epoch"] for r in read_metrics(resumed)] == [1]
-    train_run(tiny_options(resumed, resume=str(resumed)))
+    train_run(TrainOptions(resume=str(resumed)))  # what `vitlab train --resume RUN_DIR` does
     a, b = weights(straight), weights(resumed)
     for key in a:
         torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0)
@@ -90,9 +90,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     checkpoint.save_training_state(tmp_path, epoch=1)
     real_save = torch.save
 
-    def crash(obj, path, *a, **kw):
-        with open(path, "wb") as f:
-            f.write(b"half a checkpoint")
+    def crash(obj, f, *a, **kw):
+        f.write(b"half a checkpoint")
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", crash)

@@ -50,3 +50,22 @@ def test_wrong_channels_and_size_messages():
         embed(torch.randn(1, 1, 32, 32))
     with pytest.raises(ValueError, match=r"shape \(B, C, H, W\)"):
         embed(torch.randn(1, 28, 28))
+
+
+def test_conv_stem_tokens_cover_the_patch_grid():
+    from vitlab.layers.patch_embed import ConvStemPatchEmbed
+
+    stem = ConvStemPatchEmbed(28, 4, in_chans=1, embed_dim=16, stem_channels=(8, 12)).eval()
+    assert stem.grid_size == (7, 7)
+    images = torch.randn(2, 1, 28, 28)
+    tokens = stem(images)
+    assert tokens.shape == (2, 49, 16)
+    # a token depends only on its own neighbourhood: changing the bottom-right corner leaves token 0 alone
+    changed = images.clone()
+    changed[:, :, 20:, 20:] += 5
+    torch.testing.assert_close(stem(changed)[:, 0], tokens[:, 0])
+    assert not torch.allclose(stem(changed)[:, -1], tokens[:, -1])
+    three = ConvStemPatchEmbed(28, 7, in_chans=1, embed_dim=16, stem_channels=(8, 12, 16))
+    assert three(images).shape == (2, 16, 16)  # 28 -> 14 -> 7 -> 4: the grid of 7×7 patches
+    with pytest.raises(ValueError, match="into a 7×7 grid, but patch_size"):
+        ConvStemPatchEmbed(28, 7, in_chans=1, embed_dim=16, stem_channels=(8, 12))

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     result["classes"] = classes
     result["run_dir"] = str(args.run_dir)
     if args.plot:
-        png = plot_confusion(result["confusion"], classes, Path(args.run_dir) / "confusion.png")
+        name = "confusion.png" if args.data is None else "confusion-other-data.png"  # keep the run's own picture
+        png = plot_confusion(result["confusion"], classes, Path(args.run_dir) / name)
         result["confusion_png"] = str(png)
     if args.json:
         print(json.dumps(result))

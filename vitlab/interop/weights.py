@@ -46,6 +46,8 @@ def save_weights(model: nn.Module, path: str | os.PathLike, extra_metadata: dict
     os.close(fd)
     try:
         save_file(state, tmp, metadata=metadata)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())  # on disk before the rename makes it the checkpoint
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

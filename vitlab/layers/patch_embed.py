@@ -11,8 +11,6 @@ A Conv2d with kernel = stride = patch computes exactly the same map (its weight 
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
@@ -122,13 +120,21 @@ class PatchEmbed(nn.Module):
         return (height // self.patch_size[0], width // self.patch_size[1])
 
 
+def stem_grid(size: int, stages: int) -> int:
+    """Side of the feature map after `stages` Conv3x3(stride 2, padding 1) layers: each gives ceil(size / 2)."""
+    for _ in range(stages):
+        size = (size + 1) // 2
+    return size
+
+
 class ConvStemPatchEmbed(PatchEmbed):
     """A small convolutional stem in place of the single patch projection (the ViT paper's hybrid, §3.1;
     Xiao et al. 2021, "Early convolutions help transformers see better").
 
-    Each stage is Conv3x3(stride 2) → BatchNorm → ReLU and halves the resolution; a final 1×1 convolution is the
-    linear projection to D. With k stages the tokens cover 2^k × 2^k pixels, the grid of a patch size of 2^k:
-    images (B, C, H, W) -> tokens (B, (H/2^k)·(W/2^k), D).
+    Each stage is Conv3x3(stride 2) → BatchNorm → ReLU and halves the resolution (rounding up); a final 1×1
+    convolution is the linear projection to D. The stages must bring the image to the grid of `patch_size`:
+    two stages for 4×4 patches of a 28×28 image (28 → 14 → 7), three for 7×7 patches (28 → 14 → 7 → 4).
+    images (B, C, H, W) -> tokens (B, h·w, D), h = H / ph, w = W / pw.
     """
 
     def __init__(
@@ -140,14 +146,15 @@ class ConvStemPatchEmbed(PatchEmbed):
         stem_channels: tuple[int, ...] = (32, 64),
         strict_img_size: bool = True,
     ) -> None:
-        patch = to_2tuple(patch_size)
-        if patch != (2 ** len(stem_channels),) * 2:
+        super().__init__(img_size, patch_size, in_chans, embed_dim, projection="conv", strict_img_size=strict_img_size)
+        stages = len(stem_channels)
+        reached = (stem_grid(self.img_size[0], stages), stem_grid(self.img_size[1], stages))
+        if reached != self.grid_size:
             raise ValueError(
-                f"a convolutional stem of {len(stem_channels)} stride-2 stages covers patches of "
-                f"{2 ** len(stem_channels)}×{2 ** len(stem_channels)} pixels, but patch_size is {patch}; "
-                f"give patch_size={2 ** len(stem_channels)} or {int(math.log2(max(patch[0], 2)))} stem stages"
+                f"a convolutional stem of {stages} stride-2 stages turns {self.img_size[0]}×{self.img_size[1]} images "
+                f"into a {reached[0]}×{reached[1]} grid, but patch_size {self.patch_size} needs "
+                f"{self.grid_size[0]}×{self.grid_size[1]}; change the number of stem_channels or the patch_size"
             )
-        super().__init__(img_size, patch, in_chans, embed_dim, projection="conv", strict_img_size=strict_img_size)
         layers: list[nn.Module] = []
         channels = in_chans
         for width in stem_channels:
@@ -155,7 +162,7 @@ class ConvStemPatchEmbed(PatchEmbed):
                        nn.ReLU(inplace=True)]
             channels = width
         self.stem = nn.Sequential(*layers)
-        self.proj = nn.Conv2d(channels, embed_dim, kernel_size=1)  # the linear projection of each 2^k cell
+        self.proj = nn.Conv2d(channels, embed_dim, kernel_size=1)  # the linear projection of each grid cell
         self.projection = "convstem"
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
