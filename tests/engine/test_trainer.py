@@ -106,3 +106,11 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
         checkpoint.load_training_state(tmp_path)
+
+
+@pytest.mark.slow
+def test_bf16_autocast_trains(tmp_path):
+    result = train_run(tiny_options(tmp_path / "bf16", epochs=1, bf16=True))
+    assert 0.0 <= result["test_acc"] <= 1.0 and result["train_loss"] < 10
+    fp32 = train_run(tiny_options(tmp_path / "fp32", epochs=1))
+    assert result["train_loss"] != fp32["train_loss"]  # autocast really changed the arithmetic
