@@ -67,5 +67,5 @@ def run(args: argparse.Namespace) -> int:
     if "test_acc" in result:
         print(f"run folder: {result['run_dir']}")
         print(f"test accuracy: {result['test_acc']:.4f} after {result['epoch']} epochs, "
-              f"{result['elapsed_s'] / 60:.1f} min of training")
+              f"{result['elapsed_s'] / 60:.1f} min of training and per-epoch evaluation")
     return 0
