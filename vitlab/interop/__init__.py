@@ -1,5 +1,17 @@
-"""Reading and writing weights, in vitlab's format and those of other libraries."""
+"""Reading and writing weights, in vitlab's format and those of other libraries (timm, Hugging Face, JAX .npz)."""
 
+from .convert import convert, model_from_checkpoint
+from .formats import CheckpointInfo, read_checkpoint
 from .weights import CheckpointMismatchError, load_model, load_weights, read_state_dict, save_weights
 
-__all__ = ["CheckpointMismatchError", "load_model", "load_weights", "read_state_dict", "save_weights"]
+__all__ = [
+    "CheckpointInfo",
+    "CheckpointMismatchError",
+    "convert",
+    "load_model",
+    "load_weights",
+    "model_from_checkpoint",
+    "read_checkpoint",
+    "read_state_dict",
+    "save_weights",
+]

@@ -9,6 +9,7 @@ unexpected and mis-shaped keys.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -130,8 +131,20 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[s
 
 
 def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.Tensor]) -> nn.Module:
-    """Load weights from a file or a state dict into `model`, adapting position embeddings and the head."""
-    state = read_state_dict(source)[0] if not isinstance(source, dict) else source
+    """Load weights into `model`: a state dict, or a file/folder in any supported format (vitlab or timm
+    safetensors/.pth/.bin, a Hugging Face ViT folder or file, a Google .npz), detected from the file.
+
+    Position embeddings are resampled to the model's grid, a head for another class count is replaced (with a
+    warning), and the LayerNorm epsilon is taken from the checkpoint when it says (Hugging Face's config.json).
+    """
+    if isinstance(source, dict):
+        state = source
+    else:
+        from .formats import read_checkpoint
+
+        state, info = read_checkpoint(source)
+        if info.norm_eps is not None:
+            set_norm_eps(model, info.norm_eps)
     state = adapt_state_dict(model, state)
     target = model.state_dict()
     missing = sorted(set(target) - set(state))
@@ -144,6 +157,15 @@ def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.T
         raise CheckpointMismatchError(_mismatch_message(missing, unexpected, misshaped))
     model.load_state_dict(state)
     return model
+
+
+def set_norm_eps(model: nn.Module, eps: float) -> None:
+    """Give every LayerNorm the checkpoint's epsilon, and record it in the model's config."""
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm):
+            module.eps = eps
+    if hasattr(model, "config") and hasattr(model.config, "norm_eps"):
+        model.config = dataclasses.replace(model.config, norm_eps=eps)
 
 
 def _mismatch_message(missing: list[str], unexpected: list[str], misshaped: list[str], limit: int = 20) -> str:
