@@ -70,3 +70,35 @@ def test_drop_path_drops_whole_samples_and_keeps_expectation():
     assert abs(y.mean().item() - 1.0) < 0.05
     with pytest.raises(ValueError):
         DropPath(1.0)
+
+
+def copy_attention(ours, theirs):
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(ours.qkv.weight)
+        theirs.in_proj_bias.copy_(ours.qkv.bias)
+        theirs.out_proj.weight.copy_(ours.proj.weight)
+        theirs.out_proj.bias.copy_(ours.proj.bias)
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_decoder_block_matches_torch_transformer_decoder_layer(pre_norm):
+    from vitlab.layers.blocks import DecoderBlock, PreNormDecoderBlock
+
+    torch.manual_seed(0)
+    ours = (PreNormDecoderBlock if pre_norm else DecoderBlock)(32, 4, mlp_ratio=2.0).eval()
+    ref = nn.TransformerDecoderLayer(32, 4, dim_feedforward=64, dropout=0.0, batch_first=True,
+                                     norm_first=pre_norm).eval()
+    copy_attention(ours.self_attn, ref.self_attn)
+    copy_attention(ours.cross_attn, ref.multihead_attn)
+    ref.linear1.load_state_dict(ours.mlp.fc1.state_dict())
+    ref.linear2.load_state_dict(ours.mlp.fc2.state_dict())
+    for i in (1, 2, 3):
+        getattr(ref, f"norm{i}").load_state_dict(getattr(ours, f"norm{i}").state_dict())
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    memory_padding = torch.zeros(2, 7, dtype=torch.bool)
+    memory_padding[1, 5:] = True  # the second sequence's last two encoder positions are padding
+    expected = ref(x, memory, tgt_mask=~causal, memory_key_padding_mask=memory_padding)
+    # ours: True = may attend, broadcast to (B, heads, N, M)
+    got = ours(x, memory, self_mask=causal, memory_mask=~memory_padding[:, None, None, :])
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

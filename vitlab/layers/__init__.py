@@ -1,13 +1,14 @@
 """Shared building blocks; every model imports these rather than defining its own."""
 
 from .attention import MultiHeadAttention, explicit_attention
-from .blocks import EncoderBlock, LayerScale, PostNormEncoderBlock
+from .blocks import DecoderBlock, EncoderBlock, LayerScale, PostNormEncoderBlock, PreNormDecoderBlock
 from .drop import DropPath, drop_path
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unpatchify
 from .pos_embed import learned_pos_embed, resample_pos_embed, sincos_1d, sincos_2d, sincos_pos_embed
 
 __all__ = [
+    "DecoderBlock",
     "DropPath",
     "EncoderBlock",
     "LayerScale",
@@ -15,6 +16,7 @@ __all__ = [
     "MultiHeadAttention",
     "PatchEmbed",
     "PostNormEncoderBlock",
+    "PreNormDecoderBlock",
     "drop_path",
     "explicit_attention",
     "learned_pos_embed",

@@ -104,3 +104,52 @@ class PostNormEncoderBlock(nn.Module):
         x = self.norm1(x + self.attn(x, attn_mask=attn_mask))
         x = self.norm2(x + self.mlp(x))
         return x
+
+
+class DecoderBlock(nn.Module):
+    """Post-norm decoder block of the original Transformer (Vaswani et al. §3.1), the block DETR reuses:
+
+        x = LN(x + Dropout(SelfAttn(x, mask=self_mask)))          masked self-attention over the targets
+        x = LN(x + Dropout(CrossAttn(x, memory, mask=memory_mask))) queries from x, keys/values from the encoder
+        x = LN(x + Dropout(MLP(x)))
+
+    x: (B, N, D) targets, memory: (B, M, D) encoder output; masks broadcast to (B, heads, N, N) and
+    (B, heads, N, M), True = may attend (or additive). Returns (B, N, D).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+        attn_drop: float = 0.0,
+        norm_layer: type[nn.Module] | partial = nn.LayerNorm,
+        act_layer: type[nn.Module] = nn.ReLU,
+        fused_attn: bool = True,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, dropout, fused=fused_attn)
+        self.norm1 = norm_layer(dim)
+        self.cross_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, dropout, fused=fused_attn)
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=dropout)
+        self.norm3 = norm_layer(dim)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm1(x + self.self_attn(x, attn_mask=self_mask))
+        x = self.norm2(x + self.cross_attn(x, context=memory, attn_mask=memory_mask))
+        return self.norm3(x + self.mlp(x))
+
+
+class PreNormDecoderBlock(DecoderBlock):
+    """The same sub-layers in pre-norm order (each branch reads a normalised input; the sum is left alone):
+    x = x + SelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); x = x + MLP(LN(x))."""
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.self_attn(self.norm1(x), attn_mask=self_mask)
+        x = x + self.cross_attn(self.norm2(x), context=memory, attn_mask=memory_mask)
+        return x + self.mlp(self.norm3(x))
