@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import attention_cmd, convert_cmd, demo, evaluate_cmd, export_cmd, models_cmd, predict, train
+from . import attention_cmd, bench_cmd, convert_cmd, demo, evaluate_cmd, export_cmd, models_cmd, predict, train
 
-COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, models_cmd, demo]
+COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
