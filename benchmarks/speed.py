@@ -52,7 +52,9 @@ def main() -> None:
         by_lib = {r["library"]: r for r in rows if r["model"] == model}
         for key in [*keys, "train_extra_rss_mib", "gflops_per_image", "infer_share_of_peak", "train_share_of_peak"]:
             v, t, h = (by_lib[lib][key] for lib in LIBRARIES)
-            print(f"| {model} | {key} | {v:.3g} | {t:.3g} | {h:.3g} | {v / t:.2f} | {v / h:.2f} |")
+            ratio_t = f"{v / t:.2f}" if t else "n/a"
+            ratio_h = f"{v / h:.2f}" if h else "n/a"
+            print(f"| {model} | {key} | {v:.3g} | {t:.3g} | {h:.3g} | {ratio_t} | {ratio_h} |")
 
 
 if __name__ == "__main__":
