@@ -18,7 +18,26 @@ def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
 
 
-class TensorLoader:
+class EpochBatches:
+    """What both loaders share: an epoch number that fixes the order, and the number of batches per epoch."""
+
+    batch_size: int
+    drop_last: bool
+    epoch: int = 0
+
+    @property
+    def dataset_size(self) -> int:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        n = self.dataset_size
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class TensorLoader(EpochBatches):
     """images: (N, C, H, W) or (N, H, W) uint8, labels: (N,) int64 -> batches (B, C, H, W) float normalised, (B,).
 
     `augment(x, generator)` receives the batch in [0, 1] before normalisation.
@@ -53,13 +72,6 @@ class TensorLoader:
     def dataset_size(self) -> int:
         return len(self.labels)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        n = len(self.labels)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         generator = epoch_generator(self.seed, self.epoch)
         n = len(self.labels)
@@ -72,7 +84,7 @@ class TensorLoader:
             yield (x - self.mean) / self.std, self.labels[index]
 
 
-class EpochDataLoader:
+class EpochDataLoader(EpochBatches):
     """A DataLoader whose shuffling order is fixed by (seed, epoch)."""
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = False, drop_last: bool = False,
@@ -83,13 +95,6 @@ class EpochDataLoader:
     @property
     def dataset_size(self) -> int:
         return len(self.dataset)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         loader = DataLoader(
