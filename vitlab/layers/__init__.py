@@ -1,7 +1,7 @@
 """Shared building blocks; every model imports these rather than defining its own."""
 
 from .attention import MultiHeadAttention, explicit_attention
-from .blocks import DecoderBlock, EncoderBlock, LayerScale, PostNormEncoderBlock, PreNormDecoderBlock
+from .blocks import DecoderBlock, EncoderBlock, KVCache, LayerScale, PostNormEncoderBlock, PreNormDecoderBlock
 from .drop import DropPath, drop_path
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unpatchify
@@ -11,6 +11,7 @@ __all__ = [
     "DecoderBlock",
     "DropPath",
     "EncoderBlock",
+    "KVCache",
     "LayerScale",
     "Mlp",
     "MultiHeadAttention",

@@ -102,11 +102,23 @@ class MultiHeadAttention(nn.Module):
             # one matmul for all three: (B, N, 3D) -> (B, N, 3, heads, head_dim) -> (3, B, heads, N, head_dim)
             qkv = self.qkv(x).view(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
             return qkv.unbind(0)
+        return (self.project_q(x), *self.project_kv(context))
+
+    def _split_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         w_q, w_kv = self.qkv.weight.split([self.dim, 2 * self.dim])
         b_q, b_kv = self.qkv.bias.split([self.dim, 2 * self.dim]) if self.qkv.bias is not None else (None, None)
-        q = F.linear(x, w_q, b_q)  # (B, N, D)
+        return w_q, w_kv, b_q, b_kv
+
+    def project_q(self, x: torch.Tensor) -> torch.Tensor:
+        """Queries only (cross-attention): x (B, N, D) -> (B, heads, N, head_dim), with the first slice of `qkv`."""
+        w_q, _, b_q, _ = self._split_weights()
+        return self._split_heads(F.linear(x, w_q, b_q))  # (B, N, D) -> (B, heads, N, head_dim)
+
+    def project_kv(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values only (cross-attention): context (B, M, D) -> two (B, heads, M, head_dim)."""
+        _, w_kv, _, b_kv = self._split_weights()
         k, v = F.linear(context, w_kv, b_kv).chunk(2, dim=-1)  # each (B, M, D)
-        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        return self._split_heads(k), self._split_heads(v)
 
     def forward(
         self,
@@ -124,6 +136,24 @@ class MultiHeadAttention(nn.Module):
         if self.dim != D:
             raise ValueError(f"expected tokens of width {self.dim}, got input of shape {tuple(x.shape)}")
         q, k, v = self.project_qkv(x, context)
+        return self.attend(q, k, v, attn_mask=attn_mask, return_attn=return_attn)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        return_attn: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The second half of `forward`: attend with given heads, concatenate them, project.
+
+        q: (B, heads, N, head_dim), k and v: (B, heads, M, head_dim), as `project_qkv` returns them. Split out so a
+        decoder can attend with keys and values it has cached from earlier steps (`layers/blocks.py`, KVCache).
+        Returns (B, N, D), and with `return_attn=True` also the probabilities (B, heads, N, M).
+        """
+        B, _, N, _ = q.shape
+        D = self.dim
         dropout_p = self.attn_drop if self.training else 0.0
         probs = None
         if self.fused and not return_attn:

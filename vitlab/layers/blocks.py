@@ -4,12 +4,16 @@ Pre-norm, ViT paper eq. 2–3:      x = x + DropPath(MSA(LN(x)));  x = x + DropP
 Post-norm, Vaswani et al. §3.1:   x = LN(x + Dropout(MSA(x)));   x = LN(x + Dropout(MLP(x)))
 
 Both take x: (B, N, D) and an optional attention mask broadcastable to (B, heads, N, N), and return (B, N, D).
+
+Decoder blocks (post-norm `DecoderBlock`, `PreNormDecoderBlock`) add cross-attention to an encoder output and
+can carry a `KVCache`, so that generating one more token costs one step instead of recomputing the prefix.
 Sub-layer names (norm1, attn, ls1, drop_path1, norm2, mlp, ls2, drop_path2) follow timm's, so checkpoints map
 one to one.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -17,7 +21,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .drop import DropPath
-from .mlp import Mlp
+from .mlp import Mlp, call_unless_noop
 
 LayerNorm6 = partial(nn.LayerNorm, eps=1e-6)  # the epsilon of the JAX ViT release and of timm
 
@@ -61,9 +65,15 @@ class EncoderBlock(nn.Module):
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        # unused layer scale and drop path are nn.Identity: skipped rather than called (see call_unless_noop)
+        x = x + self.residual_branch(self.ls1, self.drop_path1, self.attn(self.norm1(x), attn_mask=attn_mask))
+        x = x + self.residual_branch(self.ls2, self.drop_path2, self.mlp(self.norm2(x)))
         return x
+
+    @staticmethod
+    def residual_branch(scale: nn.Module, drop_path: nn.Module, branch: torch.Tensor) -> torch.Tensor:
+        """DropPath(LayerScale(branch)), each skipped when it is an nn.Identity. branch: (B, N, D)."""
+        return call_unless_noop(drop_path, call_unless_noop(scale, branch))
 
     def forward_with_attn(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
@@ -106,6 +116,32 @@ class PostNormEncoderBlock(nn.Module):
         return x
 
 
+@dataclass
+class KVCache:
+    """What one decoder block keeps between generation steps (B batch, heads, T tokens so far, M memory tokens).
+
+    Self-attention keys and values grow by the new tokens at every step; cross-attention keys and values depend
+    only on the encoder output, so they are computed on the first step and reused. Start from `KVCache()`.
+    """
+
+    self_k: torch.Tensor | None = None  # (B, heads, T, head_dim)
+    self_v: torch.Tensor | None = None  # (B, heads, T, head_dim)
+    cross_k: torch.Tensor | None = None  # (B, heads, M, head_dim)
+    cross_v: torch.Tensor | None = None  # (B, heads, M, head_dim)
+
+    @property
+    def length(self) -> int:
+        """T, the number of target tokens already seen."""
+        return 0 if self.self_k is None else self.self_k.shape[2]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` (B',), in that order: beam search's survivors pick their parents' caches."""
+        for name in ("self_k", "self_v", "cross_k", "cross_v"):
+            tensor = getattr(self, name)
+            if tensor is not None:
+                setattr(self, name, tensor.index_select(0, index))
+
+
 class DecoderBlock(nn.Module):
     """Post-norm decoder block of the original Transformer (Vaswani et al. §3.1), the block DETR reuses:
 
@@ -115,6 +151,9 @@ class DecoderBlock(nn.Module):
 
     x: (B, N, D) targets, memory: (B, M, D) encoder output; masks broadcast to (B, heads, N, N) and
     (B, heads, N, M), True = may attend (or additive). Returns (B, N, D).
+
+    With a `cache`, x holds only the N new tokens: their keys and values are appended to the cached ones, so
+    `self_mask` must then broadcast to (B, heads, N, T + N) (None when N = 1: a new token may see every earlier one).
     """
 
     def __init__(
@@ -138,10 +177,30 @@ class DecoderBlock(nn.Module):
         self.norm3 = norm_layer(dim)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.norm1(x + self.self_attn(x, attn_mask=self_mask))
-        x = self.norm2(x + self.cross_attn(x, context=memory, attn_mask=memory_mask))
+                memory_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        x = self.norm1(x + self.attend_self(x, self_mask, cache))
+        x = self.norm2(x + self.attend_memory(x, memory, memory_mask, cache))
         return self.norm3(x + self.mlp(x))
+
+    def attend_self(self, h: torch.Tensor, self_mask: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
+        """Masked self-attention of h (B, N, D) over the cached tokens and itself -> (B, N, D)."""
+        if cache is None:
+            return self.self_attn(h, attn_mask=self_mask)
+        q, k, v = self.self_attn.project_qkv(h)  # (B, heads, N, head_dim) each
+        if cache.self_k is not None:  # earlier tokens first: (B, heads, T, head_dim) + new -> (B, heads, T + N, ...)
+            k, v = torch.cat([cache.self_k, k], dim=2), torch.cat([cache.self_v, v], dim=2)
+        cache.self_k, cache.self_v = k, v
+        return self.self_attn.attend(q, k, v, attn_mask=self_mask)
+
+    def attend_memory(self, h: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None,
+                      cache: KVCache | None) -> torch.Tensor:
+        """Cross-attention: queries from h (B, N, D), keys and values from memory (B, M, D) -> (B, N, D)."""
+        if cache is None:
+            return self.cross_attn(h, context=memory, attn_mask=memory_mask)
+        if cache.cross_k is None:
+            cache.cross_k, cache.cross_v = self.cross_attn.project_kv(memory)  # once per sequence
+        return self.cross_attn.attend(self.cross_attn.project_q(h), cache.cross_k, cache.cross_v,
+                                      attn_mask=memory_mask)
 
 
 class PreNormDecoderBlock(DecoderBlock):
@@ -149,7 +208,7 @@ class PreNormDecoderBlock(DecoderBlock):
     x = x + SelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); x = x + MLP(LN(x))."""
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.self_attn(self.norm1(x), attn_mask=self_mask)
-        x = x + self.cross_attn(self.norm2(x), context=memory, attn_mask=memory_mask)
+                memory_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.attend_self(self.norm1(x), self_mask, cache)
+        x = x + self.attend_memory(self.norm2(x), memory, memory_mask, cache)
         return x + self.mlp(self.norm3(x))
