@@ -1,10 +1,18 @@
+import importlib.util
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
-from vitlab.bench import Workload, build, flops_per_image, measure
+from vitlab.bench import Settings, Workload, build, comparable, flops_per_image, measure, peak_memory, scaling
+from vitlab.engine.speed import bf16_supported, bf16_unsupported_reason, check_bf16, maybe_compile
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = Settings(repeats=1, min_repeats=1, target_s=0.0, rounds=2, memory=False, peak_n=256)
 
 
 def test_the_three_libraries_build_the_same_architecture():
@@ -19,8 +27,67 @@ def test_the_three_libraries_build_the_same_architecture():
     assert flops["vitlab"] == flops["timm"] == flops["hf"]
 
 
-def test_measure_reports_every_row():
-    rows = measure(Workload("vit_mini_patch7_28", infer_batch=4, train_batch=4), repeats=1, rounds=1)
-    assert [r["library"] for r in rows] == ["vitlab", "timm", "hf"]
+def test_a_conv_stem_model_is_compared_through_its_plain_patch_twin():
+    assert comparable("vit_mini_convstem_28") == "vit_mini_patch7_28"
+    assert comparable("vit_tiny_patch16_224") == "vit_tiny_patch16_224"
+    with pytest.raises(ValueError, match="no convolutional stem"):
+        build("timm", "vit_mini_convstem_28")
+
+
+def test_measure_interleaves_the_libraries_and_reports_ratios_per_round():
+    workload = Workload("vit_mini_convstem_28", infer_batch=4, train_batch=4)
+    rows = measure(workload, TINY, progress=lambda _: None)["rows"]
+    assert [r["label"] for r in rows] == ["vitlab", "timm", "hf", "vitlab:vit_mini_convstem_28"]
+    assert {r["model"] for r in rows[:3]} == {"vit_mini_patch7_28"}
     for row in rows:
         assert row["infer_b1_img_s"] > 0 and row["infer_b4_img_s"] > 0 and row["train_img_s"] > 0
+    vitlab, timm = rows[0], rows[1]
+    for key in ("infer_b1_img_s", "infer_b4_img_s", "train_img_s"):
+        low, high = vitlab[f"{key}_vs_timm_range"]
+        assert low <= vitlab[f"{key}_vs_timm"] <= high
+        assert vitlab[f"{key}_vs_hf"] > 0
+        # the ratio is the median of per-round ratios: with two rounds, their mean
+        assert vitlab[f"{key}_vs_timm"] == pytest.approx((low + high) / 2)
+    assert "infer_b1_img_s_vs_timm" not in timm and "infer_b1_img_s_vs_timm" not in rows[3]
+
+
+def test_peak_memory_runs_in_a_fresh_process():
+    memory = peak_memory("vitlab", "vit_mini_patch7_28", 4, 4)
+    assert memory["train_peak_mib"] >= memory["infer_peak_mib"] > memory["rss_baseline_mib"] > 0
+
+
+def test_scaling_counts_tokens_and_the_attention_share():
+    rows = scaling("vit_tiny_patch4_28", sizes=(28, 56), repeats=1, rounds=1)
+    assert [r["tokens"] for r in rows] == [50, 197]
+    assert rows[1]["attn_flop_share"] > rows[0]["attn_flop_share"] > 0  # quadratic in tokens, the rest linear
+    assert all(0 < r["attn_time_share"] < 1 and r["gflops_per_image"] > 0 for r in rows)
+
+
+def test_speed_script_writes_json_and_markdown(tmp_path):
+    spec = importlib.util.spec_from_file_location("speed", ROOT / "benchmarks" / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    speed.main(["--quick", "--models", "vit_mini_convstem_28", "--no-memory", "--out", str(tmp_path), "--tag", "t"])
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert result["machine"]["matmul_peak_gflops"] > 0 and result["machine"]["torch"] == torch.__version__
+    assert {r["label"] for r in result["rows"]} == {"vitlab", "timm", "hf", "vitlab:vit_mini_convstem_28"}
+    assert all(r["infer_share_of_peak"] > 0 for r in result["rows"])
+    assert [r["img_size"] for r in result["scaling"]] == [28, 56]
+    markdown = (tmp_path / "t.md").read_text()
+    assert "| vitlab/timm | vitlab/HF |" in markdown and "torch.mm peak" in markdown
+    if not bf16_supported("cpu"):
+        assert any("bf16" in note for note in result["notes"])
+
+
+def test_bf16_is_detected_and_refused_where_it_would_be_emulated():
+    supported = bf16_supported("cpu")
+    assert isinstance(supported, bool)
+    assert (bf16_unsupported_reason("cpu") == "") == supported
+    if not supported:
+        with pytest.raises(ValueError, match="bf16"):
+            check_bf16("cpu")
+
+
+def test_maybe_compile_is_the_model_itself_when_off():
+    model = torch.nn.Linear(2, 2)
+    assert maybe_compile(model, False) is model

@@ -1,34 +1,45 @@
-"""`vitlab bench [MODEL...]`: vitlab's speed against timm and Hugging Face (a thin front door to vitlab.bench)."""
+"""`vitlab bench [MODEL...]`: vitlab's speed against timm and Hugging Face (a thin front door to vitlab.bench).
+
+The full benchmark with its committed results is `benchmarks/speed.py`; this command runs the same measurement
+for the models named and prints the same markdown tables.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="images/s of vitlab, timm and Hugging Face on the same ViT")
     p.add_argument("models", nargs="*", default=["vit_tiny_patch16_224"],
                    help="registered model names (default: vit_tiny_patch16_224)")
-    p.add_argument("--batch", type=int, default=32, help="inference and training batch (default: 32)")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (default: 5)")
+    p.add_argument("--batch", type=int, default=32, help="inference batch (default: 32; batch 1 is always timed)")
+    p.add_argument("--train-batch", type=int, help="training batch (default: the inference batch)")
+    p.add_argument("--repeats", type=int, default=5, help="most timed calls per row per round (default: 5)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the libraries (default: 3)")
+    p.add_argument("--compile", action="store_true", help="also measure each library under torch.compile")
+    p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the per-library memory runs")
+    p.add_argument("--scaling", action="store_true", help="also time the first model at 224, 384 and 512 pixels")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import LIBRARIES, Workload, measure
-
     try:
         import timm  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as error:
         raise ValueError("vitlab bench compares with timm and transformers: pip install timm transformers") from error
-    print("| model | library | infer b1 img/s | infer img/s | train img/s | GFLOPs/img |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name in args.models:
-        rows = measure(Workload(name, args.batch, args.batch), LIBRARIES, args.repeats, args.rounds)
-        for row in rows:
-            big = row[f"infer_b{args.batch}_img_s"]
-            print(f"| {name} | {row['library']} | {row['infer_b1_img_s']:.1f} | {big:.1f} | "
-                  f"{row['train_img_s']:.1f} | {row['gflops_per_image']:.3g} |")
+    from ..bench import Settings, Workload, report, run_speed
+
+    workloads = [Workload(name, args.batch, args.train_batch or args.batch) for name in args.models]
+    settings = Settings(repeats=args.repeats, rounds=args.rounds, compile=args.compile, memory=args.memory,
+                        device=args.device)
+    result = run_speed(workloads, settings, args.models[0] if args.scaling else None)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    print(report(result))
     return 0

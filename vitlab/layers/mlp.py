@@ -6,6 +6,18 @@ import torch
 from torch import nn
 
 
+def call_unless_noop(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """module(x), or x itself when the module is an nn.Identity or an nn.Dropout with p = 0.
+
+    Either returns its input unchanged, but each call through nn.Module costs a few microseconds of Python; a ViT
+    block holds several (unused dropouts, layer scale, drop path), which shows at batch 1 and on small models.
+    """
+    kind = type(module)
+    if kind is nn.Identity or (kind is nn.Dropout and module.p == 0):
+        return x
+    return module(x)
+
+
 class Mlp(nn.Module):
     """Linear → GELU → Dropout → Linear → Dropout, applied to each token independently.
 
@@ -31,4 +43,5 @@ class Mlp(nn.Module):
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        x = call_unless_noop(self.drop1, self.act(self.fc1(x)))  # (B, N, hidden_features)
+        return call_unless_noop(self.drop2, self.fc2(x))
