@@ -6,9 +6,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import attention_cmd, bench_cmd, convert_cmd, demo, evaluate_cmd, export_cmd, models_cmd, predict, train
+from . import (
+    attention_cmd,
+    bench_cmd,
+    convert_cmd,
+    demo,
+    evaluate_cmd,
+    export_cmd,
+    models_cmd,
+    predict,
+    seq2seq_cmd,
+    train,
+)
 
-COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo]
+COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo,
+            seq2seq_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,25 +11,49 @@ from torch import nn
 NO_DECAY_NAMES = ("pos_embed", "cls_token", "dist_token")
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: matrices and convolution kernels decay; biases, norm scales, position embeddings and
-    class tokens (every parameter with fewer than 2 dimensions, or named in NO_DECAY_NAMES) do not."""
-    decay, no_decay = [], []
+def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None) -> list[dict]:
+    """Matrices and convolution kernels decay; biases, norm scales, position embeddings and class tokens (every
+    parameter with fewer than 2 dimensions, or named in NO_DECAY_NAMES) do not.
+
+    layer_decay (fine-tuning; BEiT §3.4, used by DeiT III, MAE): block i of L gets the learning rate
+    lr · layer_decay^(L − i), the embeddings lr · layer_decay^(L + 1), the final norm and head lr. Each group
+    carries its factor as "lr_scale"; its "lr" starts at lr · lr_scale, which the schedulers then multiply.
+    """
+    depth = len(getattr(model, "blocks", ())) if layer_decay is not None else 0
+    if layer_decay is not None and not (0 < layer_decay <= 1 and depth):
+        raise ValueError(f"--layer-decay needs a value in (0, 1] and a model with transformer blocks; got "
+                         f"{layer_decay} for a model with {depth} blocks")
+    groups: dict[tuple[int, bool], dict] = {}
+    if layer_decay is None:  # always the two groups, decaying first
+        for decays in (True, False):
+            groups[0, decays] = {"params": [], "weight_decay": weight_decay if decays else 0.0, "lr_scale": 1.0}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        if param.ndim <= 1 or name.split(".")[-1] in NO_DECAY_NAMES:
-            no_decay.append(param)
-        else:
-            decay.append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+        decays = not (param.ndim <= 1 or name.split(".")[-1] in NO_DECAY_NAMES)
+        layer = _layer_id(name, depth) if layer_decay is not None else 0
+        scale = layer_decay ** (depth + 1 - layer) if layer_decay is not None else 1.0
+        group = groups.setdefault((layer, decays), {"params": [], "weight_decay": weight_decay if decays else 0.0,
+                                                    "lr_scale": scale})
+        group["params"].append(param)
+    return [groups[key] for key in sorted(groups, key=lambda key: (key[0], not key[1]))]
 
 
-def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999)) -> torch.optim.AdamW:
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas)
+def _layer_id(name: str, depth: int) -> int:
+    """0 for everything before the blocks, i + 1 for block i, depth + 1 for everything after."""
+    if name.startswith("blocks."):
+        return int(name.split(".")[1]) + 1
+    if name.split(".")[0] in ("cls_token", "dist_token", "pos_embed", "patch_embed", "reg_token"):
+        return 0
+    return depth + 1
+
+
+def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999),
+                    layer_decay: float | None = None) -> torch.optim.AdamW:
+    groups = param_groups(model, weight_decay, layer_decay)
+    for group in groups:
+        group["lr"] = lr * group["lr_scale"]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
 def warmup_cosine(step: int, total_steps: int, warmup_steps: int, min_ratio: float = 0.0) -> float:
@@ -47,3 +71,20 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_cosine(step, total_steps, warmup_steps, min_ratio)
     )
+
+
+def inverse_sqrt(step: int, dim: int, warmup_steps: int, scale: float = 1.0) -> float:
+    """The learning rate of Vaswani et al. §5.3, eq. 3, times `scale`:
+
+        lr = scale · dim^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)        (step counted from 1)
+
+    It rises linearly for `warmup_steps` steps, peaks at scale · (dim · warmup_steps)^-0.5, then decays as
+    1/√step. scale = 1 is the paper's schedule; `inverse_sqrt_scale` gives the scale for a chosen peak.
+    """
+    step = max(step, 1)
+    return scale * dim ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def inverse_sqrt_scale(peak_lr: float, dim: int, warmup_steps: int) -> float:
+    """The `scale` of `inverse_sqrt` whose peak (at step = warmup_steps) is `peak_lr`."""
+    return peak_lr * (dim * warmup_steps) ** 0.5
