@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the per-library memory runs")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false", help="skip the image-size scaling")
     parser.add_argument("--scaling-model", default="vit_small_patch16_224")
+    parser.add_argument("--no-attention-paths", dest="attention", action="store_false",
+                        help="skip timing the attention core fused against explicit per shape")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tag", default="speed", help="name of the result files (default: speed)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the result files")
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> dict:
         sizes = (28, 56)
         if args.scaling_model == parser.get_default("scaling_model"):
             args.scaling_model = "vit_tiny_patch4_28"
-    result = run_speed(workloads, settings, args.scaling_model if args.scaling else None, sizes)
+    result = run_speed(workloads, settings, args.scaling_model if args.scaling else None, sizes,
+                       attention=args.attention)
     text = report(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.tag}.json").write_text(json.dumps(result, indent=2))

@@ -73,6 +73,8 @@ def test_speed_script_writes_json_and_markdown(tmp_path):
     assert {r["label"] for r in result["rows"]} == {"vitlab", "timm", "hf", "vitlab:vit_mini_convstem_28"}
     assert all(r["infer_share_of_peak"] > 0 for r in result["rows"])
     assert [r["img_size"] for r in result["scaling"]] == [28, 56]
+    assert {r["mode"] for r in result["attention_paths"]} == {"inference", "forward+backward"}
+    assert all(r["fused_ms"] > 0 and r["explicit_ms"] > 0 for r in result["attention_paths"])
     markdown = (tmp_path / "t.md").read_text()
     assert "| vitlab/timm | vitlab/HF |" in markdown and "torch.mm peak" in markdown
     if not bf16_supported("cpu"):
@@ -91,3 +93,12 @@ def test_bf16_is_detected_and_refused_where_it_would_be_emulated():
 def test_maybe_compile_is_the_model_itself_when_off():
     model = torch.nn.Linear(2, 2)
     assert maybe_compile(model, False) is model
+
+
+def test_eval_refuses_bf16_where_it_would_be_emulated(tmp_path, capsys):
+    if bf16_supported("cpu"):
+        pytest.skip("this CPU has native bf16")
+    from vitlab.cli.main import main
+
+    assert main(["eval", str(tmp_path), "--bf16"]) == 2
+    assert "bf16" in capsys.readouterr().err

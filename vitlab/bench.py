@@ -418,6 +418,51 @@ def scaling(name: str = "vit_small_patch16_224", sizes: tuple[int, ...] = (224, 
     return out
 
 
+# ---- which attention path, by measurement ------------------------------------------------------------------------
+def attention_paths(workloads: list[Workload], repeats: int = 5, rounds: int = 3, device: str = "cpu") -> list[dict]:
+    """The attention core of each workload's shapes timed both ways: fused (scaled_dot_product_attention) and
+    explicit (`explicit_attention`), in inference and as forward + backward. The model's default path
+    (`fused_attn=True`) is the one these numbers choose on this device."""
+    from .layers.attention import explicit_attention
+
+    out = []
+    for workload in workloads:
+        c = get_config(comparable(workload.name))
+        N = (c.img_size // c.patch_size) ** 2 + 1 if isinstance(c.img_size, int) else None
+        if N is None:
+            continue
+        heads, head_dim = c.num_heads, c.dim // c.num_heads
+        for batch, train in ((1, False), (workload.infer_batch, False), (workload.train_batch, True)):
+            q, k, v = (torch.randn(batch, heads, N, head_dim, device=device, requires_grad=train) for _ in range(3))
+
+            def run(attend, q=q, k=k, v=v, train=train):
+                if not train:
+                    with torch.inference_mode():
+                        return attend(q, k, v)
+                out = attend(q, k, v)
+                out = out[0] if isinstance(out, tuple) else out
+                out.sum().backward()
+
+            times = {"fused": [], "explicit": []}
+            for _ in range(rounds):
+                times["fused"].append(timed(lambda: run(F.scaled_dot_product_attention), repeats, device=device))
+                times["explicit"].append(timed(lambda: run(explicit_attention), repeats, device=device))
+            fused, explicit = (statistics.median(times[key]) for key in ("fused", "explicit"))
+            out.append({"model": workload.name, "shape": [batch, heads, N, head_dim],
+                        "mode": "forward+backward" if train else "inference", "fused_ms": 1e3 * fused,
+                        "explicit_ms": 1e3 * explicit, "explicit_over_fused": explicit / fused})
+    return out
+
+
+def attention_table(rows: list[dict]) -> str:
+    lines = ["| model | (B, heads, N, head_dim) | mode | fused ms | explicit ms | explicit / fused |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {tuple(r['shape'])} | {r['mode']} | {r['fused_ms']:.2f} | "
+                     f"{r['explicit_ms']:.2f} | {r['explicit_over_fused']:.2f} |")
+    return "\n".join(lines)
+
+
 # ---- machine and reports ---------------------------------------------------------------------------------------
 def machine(device: str = "cpu") -> dict:
     cpu = platform.processor() or platform.machine()
@@ -502,7 +547,8 @@ def scaling_table(rows: list[dict]) -> str:
 
 
 def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str | None = None,
-              scaling_sizes: tuple[int, ...] = (224, 384, 512), progress: Callable[[str], None] = print) -> dict:
+              scaling_sizes: tuple[int, ...] = (224, 384, 512), progress: Callable[[str], None] = print,
+              attention: bool = True) -> dict:
     """Everything the speed issue asks for, as one JSON-able dict; `report` turns it into markdown."""
     rows, peaks = [], []
     start = time.perf_counter()
@@ -522,6 +568,9 @@ def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str 
         progress(f"scaling {scaling_model} over {scaling_sizes}")
         out["scaling"] = scaling(scaling_model, scaling_sizes, repeats=settings.repeats, rounds=settings.rounds,
                                  device=settings.device)
+    if attention:
+        progress("attention paths: fused against explicit")
+        out["attention_paths"] = attention_paths(workloads, settings.repeats, settings.rounds, settings.device)
     out["seconds"] = time.perf_counter() - start
     return out
 
@@ -536,6 +585,8 @@ def report(result: dict) -> str:
     parts = [head, "", speed_table(result["rows"]), "", cost_table(result["rows"])]
     if result.get("scaling"):
         parts += ["", scaling_table(result["scaling"])]
+    if result.get("attention_paths"):
+        parts += ["", attention_table(result["attention_paths"])]
     if result.get("notes"):
         parts += [""] + [f"- {note}" for note in result["notes"]]
     return "\n".join(parts) + "\n"

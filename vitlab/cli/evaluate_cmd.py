@@ -14,6 +14,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", help="where Fashion-MNIST's files are (default: the run's, then the usual places)")
     p.add_argument("--weights", choices=["last", "best"], default="last", help="which checkpoint (default: last)")
     p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size (default: 256)")
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast; refused where the device has no native bf16 (there it is many times slower)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays on large test sets)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="do not write confusion.png (default: write)")
     p.set_defaults(run=run)
@@ -23,10 +26,13 @@ def run(args: argparse.Namespace) -> int:
     from ..engine.evaluate import evaluate
     from ..engine.reports import confusion_text, plot_confusion
     from ..engine.session import eval_loader_for_run, load_run
+    from ..engine.speed import check_bf16, maybe_compile
 
+    if args.bf16:
+        check_bf16("cpu")
     model, info = load_run(args.run_dir, args.weights)
     loader, classes = eval_loader_for_run(info, args.data, args.data_dir, args.batch_size)
-    result = evaluate(model, loader, num_classes=len(classes))
+    result = evaluate(maybe_compile(model, args.compile), loader, bf16=args.bf16, num_classes=len(classes))
     result["classes"] = classes
     result["run_dir"] = str(args.run_dir)
     if args.plot:
