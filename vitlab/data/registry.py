@@ -78,6 +78,8 @@ def build_datasets(
     std: Sequence[float] | None = None,
     download: bool = True,
     strict_counts: bool = True,
+    randaugment: tuple[int, int] | None = None,
+    random_erasing: float = 0.0,
 ) -> DatasetBundle:
     """Build train and test datasets for ``data``.
 
@@ -102,19 +104,23 @@ def build_datasets(
         mean, std: normalisation; default Fashion-MNIST's constants, or for folders an estimate from up to 512
             training images.
         download, strict_counts: passed to :class:`FashionMNIST`.
+        randaugment, random_erasing: DeiT's augmentations in the per-image training pipeline
+            (see :func:`build_train_transform`).
 
     Raises:
         ValueError: ``data`` is neither a known name nor an existing folder, or an argument is out of range.
     """
     _check_common(img_size, channels)
+    extra = {"randaugment": randaugment, "random_erasing": random_erasing}
     if data.lower() in FASHION_MNIST_NAMES:
         return _fashion_mnist(
-            data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts
+            data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts, extra
         )
     root = Path(data).expanduser()
     if root.is_dir():
         return _image_folder(
-            root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std
+            root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std,
+            extra,
         )
     raise ValueError(
         f"unknown data set {data!r}: expected one of {', '.join(FASHION_MNIST_NAMES)} or the path of an existing "
@@ -123,7 +129,8 @@ def build_datasets(
     )
 
 
-def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts):
+def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts,
+                   extra):
     img_size = img_size or 28
     channels = channels or 1
     mean = tuple(mean) if mean is not None else _repeat(FASHION_MNIST_MEAN, channels)
@@ -132,7 +139,8 @@ def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, hflip, m
         crop_padding = max(1, round(2 * img_size / 28))  # 2 of 28 pixels: the shift keeps the garment in frame
     eval_tf = build_eval_transform(img_size, mean, std, channels)
     train_tf = (
-        build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding, hflip=0.5 if hflip else 0.0)
+        build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding, hflip=0.5 if hflip else 0.0,
+                              **extra)
         if augment
         else eval_tf
     )
@@ -156,7 +164,7 @@ def _is_split_folder(root: Path) -> bool:
 
 
 def _image_folder(
-    root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std
+    root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std, extra
 ):
     img_size = img_size or 224
     channels = channels or 3
@@ -184,7 +192,8 @@ def _image_folder(
         std = tuple(std) if std is not None else est_std
     eval_tf = build_eval_transform(img_size, mean, std, channels)
     train_tf = (
-        build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding, hflip=0.5 if hflip else 0.0)
+        build_train_transform(img_size, mean, std, channels, crop_padding=crop_padding, hflip=0.5 if hflip else 0.0,
+                              **extra)
         if augment
         else eval_tf
     )

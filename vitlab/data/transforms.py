@@ -93,13 +93,17 @@ def build_train_transform(
     hflip: float = 0.5,
     crop_padding: int | None = None,
     scale: tuple[float, float] = (0.25, 1.0),
+    randaugment: tuple[int, int] | None = None,
+    random_erasing: float = 0.0,
 ) -> v2.Compose:
     """Random-augmentation pipeline.
 
     With ``crop_padding=None`` the geometry is a random-resized crop (area fraction in ``scale``) to
     ``img_size``. With ``crop_padding=p`` it is the evaluation geometry (resize + centre crop) followed by a
     random crop from the image padded by ``p`` zero pixels, i.e. a shift of up to ``p`` pixels: the usual
-    choice for small, centred images such as Fashion-MNIST. Then a horizontal flip with probability ``hflip``.
+    choice for small, centred images such as Fashion-MNIST. Then a horizontal flip with probability ``hflip``,
+    ``randaugment=(num_ops, magnitude)`` RandAugment on the uint8 image, and after normalisation random erasing
+    of a box with probability ``random_erasing`` (DeiT's recipe).
 
     Input: PIL image or ``(C, H, W) uint8`` tensor. Output: ``(channels, img_size, img_size) float32``.
     """
@@ -121,10 +125,14 @@ def build_train_transform(
             steps.append(v2.RandomCrop(img_size, padding=crop_padding, fill=0))
     if hflip > 0:
         steps.append(v2.RandomHorizontalFlip(hflip))
+    if randaugment is not None:
+        steps.append(v2.RandAugment(num_ops=randaugment[0], magnitude=randaugment[1]))
     steps += [
         v2.ToDtype(torch.float32, scale=True),
         v2.Normalize(_stats(mean, channels, "mean"), _stats(std, channels, "std")),
     ]
+    if random_erasing > 0:
+        steps.append(v2.RandomErasing(p=random_erasing, value="random"))
     return v2.Compose(steps)
 
 

@@ -3,7 +3,8 @@
 `TensorLoader` serves an in-memory uint8 dataset (Fashion-MNIST) and augments whole batches with tensor ops:
 on 2 CPU cores a per-image PIL pipeline costs more than the model's forward pass for 28×28 images.
 `EpochDataLoader` wraps a torch DataLoader (image folders, per-image torchvision transforms) with the same
-`set_epoch` contract.
+`set_epoch` contract. Both take their order from an `EpochSampler` (samplers.py): shuffling, repeated
+augmentation and the split over distributed processes live there, once.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-
-def epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+from .samplers import EpochSampler, epoch_generator
 
 
 class EpochBatches:
@@ -23,17 +22,17 @@ class EpochBatches:
 
     batch_size: int
     drop_last: bool
-    epoch: int = 0
+    sampler: EpochSampler
 
     @property
-    def dataset_size(self) -> int:
-        raise NotImplementedError
+    def epoch(self) -> int:
+        return self.sampler.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.sampler.set_epoch(epoch)
 
     def __len__(self) -> int:
-        n = self.dataset_size
+        n = len(self.sampler)  # this process's share of the data
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
 
@@ -55,6 +54,10 @@ class TensorLoader(EpochBatches):
         augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
         seed: int = 0,
         channels: int | None = None,
+        repeats: int = 1,
+        num_replicas: int = 1,
+        rank: int = 0,
+        pad: bool = True,
     ) -> None:
         if images.ndim == 3:
             images = images[:, None]  # (N, H, W) -> (N, 1, H, W)
@@ -63,19 +66,14 @@ class TensorLoader(EpochBatches):
                 raise ValueError(f"cannot turn {images.shape[1]}-channel images into {channels} channels")
             images = images.expand(-1, channels, -1, -1)
         self.images, self.labels = images, labels
-        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
-        self.augment, self.seed, self.epoch = augment, seed, 0
+        self.batch_size, self.drop_last, self.augment, self.seed = batch_size, drop_last, augment, seed
+        self.sampler = EpochSampler(len(labels), shuffle, seed, repeats, num_replicas, rank, pad)
         self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
 
-    @property
-    def dataset_size(self) -> int:
-        return len(self.labels)
-
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        generator = epoch_generator(self.seed, self.epoch)
-        n = len(self.labels)
-        order = torch.randperm(n, generator=generator) if self.shuffle else torch.arange(n)
+        generator = epoch_generator(self.seed, self.epoch)  # the order first, then this epoch's augmentations
+        order = self.sampler.order(generator)
         for i in range(len(self)):
             index = order[i * self.batch_size : (i + 1) * self.batch_size]
             x = self.images[index].float().div_(255.0)  # (B, C, H, W) in [0, 1]
@@ -85,20 +83,15 @@ class TensorLoader(EpochBatches):
 
 
 class EpochDataLoader(EpochBatches):
-    """A DataLoader whose shuffling order is fixed by (seed, epoch)."""
+    """A DataLoader whose order is fixed by (seed, epoch)."""
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = False, drop_last: bool = False,
-                 num_workers: int = 0, seed: int = 0) -> None:
-        self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, batch_size, shuffle, drop_last
-        self.num_workers, self.seed, self.epoch = num_workers, seed, 0
-
-    @property
-    def dataset_size(self) -> int:
-        return len(self.dataset)
+                 num_workers: int = 0, seed: int = 0, repeats: int = 1, num_replicas: int = 1,
+                 rank: int = 0, pad: bool = True) -> None:
+        self.dataset, self.batch_size, self.drop_last, self.num_workers = dataset, batch_size, drop_last, num_workers
+        self.sampler = EpochSampler(len(dataset), shuffle, seed, repeats, num_replicas, rank, pad)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        loader = DataLoader(
-            self.dataset, batch_size=self.batch_size, shuffle=self.shuffle, drop_last=self.drop_last,
-            num_workers=self.num_workers, generator=epoch_generator(self.seed, self.epoch),
-        )
+        loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=self.sampler, drop_last=self.drop_last,
+                            num_workers=self.num_workers)
         yield from loader

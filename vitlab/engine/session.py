@@ -19,8 +19,10 @@ from torch import nn
 
 from ..data.registry import DatasetBundle, build_datasets
 from ..data.transforms import random_shift_crop_flip
-from ..interop.weights import load_model
+from ..interop.weights import load_model, load_weights
 from ..models.registry import create_model
+from .augment import compose, rand_augment, random_erasing
+from .distributed import DistInfo, barrier, broadcast_object, init_distributed
 from .loaders import EpochDataLoader, TensorLoader
 from .recipes import recipe_for
 from .trainer import TrainConfig, fit
@@ -49,6 +51,8 @@ class TrainOptions:
     skip_bad_images: bool = False
     allow_partial_data: bool = False  # accept a Fashion-MNIST copy with fewer than the official image counts
     bf16: bool = False
+    fp16: bool = False  # float16 autocast with a gradient scaler (CUDA only)
+    accum_steps: int = 1  # batches per optimizer step (gradient accumulation)
     seed: int = 0
     workers: int = 0
     threads: int | None = None
@@ -57,6 +61,20 @@ class TrainOptions:
     resume: str | None = None
     max_epochs_this_run: int | None = None
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    weights: str | None = None  # start from these weights (fine-tuning): a run folder or a checkpoint file
+    # DeiT's recipe (recipes.DEIT_OFF says what each does); None: the recipe's value, which is off
+    randaugment: int | None = None
+    randaugment_ops: int | None = None
+    random_erasing: float | None = None
+    mixup: float | None = None
+    cutmix: float | None = None
+    repeated_aug: int | None = None
+    ema_decay: float | None = None
+    layer_decay: float | None = None
+    distill: str | None = None
+    distill_alpha: float | None = None
+    distill_tau: float | None = None
+    teacher: str | None = None  # the run folder (or vitlab .safetensors) of the teacher for --distill
 
 
 def resolve(options: TrainOptions) -> dict[str, Any]:
@@ -82,6 +100,17 @@ def check_recipe(recipe: dict[str, Any]) -> None:
         ("clip-grad", recipe["clip_grad"] >= 0, "0 (off) or more"),
         ("drop-path", 0 <= recipe["drop_path"] < 1, "in [0, 1)"),
         ("crop-padding", recipe["crop_padding"] is None or recipe["crop_padding"] >= 0, "0 or more"),
+        ("randaugment", 0 <= recipe["randaugment"] <= 30, "a magnitude in 0 (off)..30"),
+        ("randaugment-ops", recipe["randaugment_ops"] >= 1, "at least 1"),
+        ("random-erasing", 0 <= recipe["random_erasing"] <= 1, "a probability in [0, 1]"),
+        ("mixup", recipe["mixup"] >= 0, "0 (off) or more"),
+        ("cutmix", recipe["cutmix"] >= 0, "0 (off) or more"),
+        ("repeated-aug", recipe["repeated_aug"] >= 1, "1 (off) or more"),
+        ("ema-decay", recipe["ema_decay"] == 0 or 0 < recipe["ema_decay"] < 1, "0 (off) or in (0, 1)"),
+        ("layer-decay", recipe["layer_decay"] is None or 0 < recipe["layer_decay"] <= 1, "in (0, 1]"),
+        ("distill", recipe["distill"] in ("none", "soft", "hard"), "none, soft or hard"),
+        ("distill-alpha", 0 <= recipe["distill_alpha"] <= 1, "in [0, 1]"),
+        ("distill-tau", recipe["distill_tau"] > 0, "positive"),
     ]
     for name, ok, expected in rules:
         if not ok:
@@ -98,23 +127,32 @@ def resolve_device(device: str) -> torch.device:
 
 
 def build_train_loaders(bundle: DatasetBundle, recipe: dict[str, Any], seed: int, workers: int = 0,
-                        eval_batch_size: int = 256):
-    """Fashion-MNIST: in-memory batches with batched shift + flip; folders: a DataLoader over the datasets."""
-    batch = recipe["batch_size"]
+                        eval_batch_size: int = 256, dist: DistInfo | None = None):
+    """Fashion-MNIST: in-memory batches with batched shift + flip; folders: a DataLoader over the datasets.
+    In a distributed run each process gets its shard of both (the training shards padded to equal length)."""
+    batch, repeats = recipe["batch_size"], recipe.get("repeated_aug", 1)
+    dist = dist or DistInfo()
+    shard = {"num_replicas": dist.world_size, "rank": dist.rank}
     if bundle.name == "fashion-mnist" and recipe["img_size"] == 28:
         pad, hflip = recipe["crop_padding"] or 0, recipe["hflip"]
+        deit_ops = compose(
+            rand_augment(recipe["randaugment_ops"], recipe["randaugment"]) if recipe.get("randaugment") else None,
+            random_erasing(recipe["random_erasing"]) if recipe.get("random_erasing") else None,
+        )
 
         def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-            return random_shift_crop_flip(x, pad, hflip=hflip, generator=generator) if pad or hflip else x
+            if pad or hflip:
+                x = random_shift_crop_flip(x, pad, hflip=hflip, generator=generator)
+            return deit_ops(x) if deit_ops is not None else x
 
         common = {"mean": bundle.mean, "std": bundle.std, "channels": bundle.channels}
         train = TensorLoader(bundle.train.images, bundle.train.labels, batch, shuffle=True, drop_last=True,
-                             augment=augment, seed=seed, **common)
-        test = TensorLoader(bundle.test.images, bundle.test.labels, eval_batch_size, **common)
+                             augment=augment, seed=seed, repeats=repeats, **shard, **common)
+        test = TensorLoader(bundle.test.images, bundle.test.labels, eval_batch_size, pad=False, **shard, **common)
         return train, test
-    train = EpochDataLoader(bundle.train, batch, shuffle=True, drop_last=len(bundle.train) > batch,
-                            num_workers=workers, seed=seed)
-    test = EpochDataLoader(bundle.test, eval_batch_size, num_workers=workers)
+    train = EpochDataLoader(bundle.train, batch, shuffle=True, drop_last=len(bundle.train) > batch * dist.world_size,
+                            num_workers=workers, seed=seed, repeats=repeats, **shard)
+    test = EpochDataLoader(bundle.test, eval_batch_size, num_workers=workers, pad=False, **shard)
     return train, test
 
 
@@ -126,8 +164,12 @@ def train_run(options: TrainOptions | None = None, **kwargs: Any) -> dict[str, A
     if options.threads:
         torch.set_num_threads(options.threads)
     recipe = resolve(options)
-    run_dir = Path(options.out or f"runs/{recipe['model']}-{time.strftime('%Y%m%d-%H%M%S')}")
-    prepare_run_dir(run_dir, options.overwrite)
+    dist = init_distributed(resolve_device(options.device))
+    # every process must write to the folder rank 0 names (a default name holds a timestamp)
+    run_dir = Path(broadcast_object(options.out or f"runs/{recipe['model']}-{time.strftime('%Y%m%d-%H%M%S')}", dist))
+    if dist.is_main:
+        prepare_run_dir(run_dir, options.overwrite)
+    barrier(dist)
     data = options.data
     if Path(data).expanduser().is_dir():
         data = str(Path(data).expanduser().resolve())  # so resume/eval/predict work from any directory
@@ -136,13 +178,22 @@ def train_run(options: TrainOptions | None = None, **kwargs: Any) -> dict[str, A
     bundle = build_datasets(
         data, data_dir=data_dir, val_fraction=options.val_fraction, img_size=recipe["img_size"],
         skip_bad_images=options.skip_bad_images, seed=options.seed, crop_padding=recipe["crop_padding"],
-        hflip=recipe["hflip"], strict_counts=not options.allow_partial_data,
+        hflip=recipe["hflip"], strict_counts=not options.allow_partial_data, **_per_image_deit(recipe),
     )
     torch.manual_seed(options.seed)
     model = create_model(
         recipe["model"], num_classes=bundle.num_classes, in_chans=bundle.channels, img_size=bundle.img_size,
         drop_path_rate=recipe["drop_path"], **options.model_overrides,
     )
+    if options.weights:
+        weights = str(Path(options.weights).expanduser().resolve())
+        load_weights(model, _weights_file(weights))
+        options = replace(options, weights=weights)
+    if options.teacher:
+        options = replace(options, teacher=str(Path(options.teacher).expanduser().resolve()))
+    if (recipe["distill"] != "none") != bool(options.teacher):
+        raise ValueError(f"--distill {recipe['distill']} and --teacher go together: give --distill soft|hard with "
+                         f"--teacher RUN_DIR, or neither")
     info = {
         "data": {"name": data, "data_dir": data_dir, "classes": bundle.classes, "num_train": len(bundle.train),
                  "num_test": len(bundle.test), "channels": bundle.channels, "img_size": bundle.img_size,
@@ -189,7 +240,7 @@ def _resume(options: TrainOptions) -> dict[str, Any]:
         saved["data"], data_dir=options.data_dir or saved["data_dir"], val_fraction=saved["val_fraction"],
         img_size=recipe["img_size"], channels=data["channels"], skip_bad_images=saved["skip_bad_images"],
         seed=saved["seed"], crop_padding=recipe["crop_padding"], hflip=recipe["hflip"], mean=data["mean"],
-        std=data["std"], strict_counts=not saved.get("allow_partial_data", False),
+        std=data["std"], strict_counts=not saved.get("allow_partial_data", False), **_per_image_deit(recipe),
     )
     if bundle.classes != data["classes"] or len(bundle.train) != data.get("num_train", len(bundle.train)):
         raise ValueError(
@@ -210,16 +261,76 @@ RESUME_OPTIONS = {"resume", "epochs", "max_epochs_this_run", "data_dir", "device
 
 
 def _fit(model, bundle, recipe, options, run_dir, info, resume: bool) -> dict[str, Any]:
-    train_loader, test_loader = build_train_loaders(bundle, recipe, options.seed, options.workers)
+    dist = init_distributed(resolve_device(options.device))
+    train_loader, test_loader = build_train_loaders(bundle, recipe, options.seed, options.workers, dist=dist)
     config = TrainConfig(
         epochs=recipe["epochs"], batch_size=recipe["batch_size"], lr=recipe["lr"],
         weight_decay=recipe["weight_decay"], warmup_epochs=recipe["warmup_epochs"],
         label_smoothing=recipe["label_smoothing"], clip_grad=recipe["clip_grad"], bf16=options.bf16,
-        seed=options.seed, max_epochs_this_run=options.max_epochs_this_run,
+        seed=options.seed, max_epochs_this_run=options.max_epochs_this_run, fp16=options.fp16,
+        accum_steps=options.accum_steps, **{key: recipe[key] for key in TRAINER_KEYS if key in recipe},
     )
-    device = resolve_device(options.device)
-    metrics = fit(model, train_loader, test_loader, config, run_dir, resume=resume, run_info=info, device=device)
+    teacher = load_teacher(options.teacher, bundle) if options.teacher else None
+    metrics = fit(model, train_loader, test_loader, config, run_dir, resume=resume, run_info=info, teacher=teacher,
+                  dist=dist)
     return {**metrics, "run_dir": str(run_dir)}
+
+
+TRAINER_KEYS = ("distill", "distill_alpha", "distill_tau", "mixup", "cutmix", "ema_decay", "layer_decay")
+
+
+def _per_image_deit(recipe: dict[str, Any]) -> dict[str, Any]:
+    """RandAugment and random erasing for the per-image pipelines of image folders."""
+    ops = recipe.get("randaugment_ops", 2)
+    return {"randaugment": (ops, recipe["randaugment"]) if recipe.get("randaugment") else None,
+            "random_erasing": recipe.get("random_erasing", 0.0)}
+
+
+def _weights_file(path: str) -> str:
+    """A run folder stands for its best weights (its last if it kept no best)."""
+    folder = Path(path)
+    if folder.is_dir() and (folder / "config.json").is_file():
+        for name in ("best.safetensors", "last.safetensors"):
+            if (folder / name).is_file():
+                return str(folder / name)
+        raise FileNotFoundError(f"{folder} is a run folder without weights yet: it has not finished an epoch")
+    return path
+
+
+def load_teacher(path: str, bundle: DatasetBundle) -> nn.Module:
+    """The frozen teacher of a distillation run: a run folder (its best weights) or a vitlab .safetensors file.
+
+    It must see the student's inputs as it saw its own: the same image size, channels, normalisation and classes.
+    """
+    from .distill import freeze
+
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"--teacher {path} does not exist; give the run folder of a trained teacher "
+                                f"(e.g. `vitlab train --model resnet18_28 --out runs/teacher`)")
+    teacher = load_model(_weights_file(path))
+    if folder.is_dir():
+        seen = read_run_info(folder)["data"]
+        mine = {"img_size": bundle.img_size, "channels": bundle.channels, "classes": bundle.classes,
+                "mean": list(bundle.mean), "std": list(bundle.std)}
+        differs = {key: (seen[key], value) for key, value in mine.items()
+                   if not _close(seen.get(key), value)}
+        if differs:
+            detail = "; ".join(f"{key}: teacher {a}, student {b}" for key, (a, b) in differs.items())
+            raise ValueError(f"the teacher in {path} was trained on other inputs than this run's ({detail}); "
+                             f"train the teacher on the same data and image size")
+    classes = getattr(teacher, "num_classes", None)
+    if classes != bundle.num_classes:
+        raise ValueError(f"the teacher predicts {classes} classes, the data has {bundle.num_classes}")
+    return freeze(teacher)
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and abs(float(a) - float(b)) < 1e-6
+    return a == b
 
 
 def _skipped(bundle: DatasetBundle) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ..models.deit import DeiTConfig
 from ..models.registry import apply_overrides, get_config, list_models
 from ..models.vit import ViTConfig
 from .formats import read_checkpoint
@@ -34,7 +35,7 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
             arch["num_heads"] = _heads_of_registered_model(arch, path)
         if not arch.get("class_token", True):
             arch["global_pool"] = "avg"
-        config = apply_overrides(ViTConfig(), **arch)
+        config = apply_overrides(DeiTConfig() if arch.pop("distilled", False) else ViTConfig(), **arch)
     if info.norm_eps is not None:
         config = apply_overrides(config, norm_eps=info.norm_eps)
     model = config.build()

@@ -204,8 +204,10 @@ def _architecture_from_state(state: dict[str, torch.Tensor]) -> dict[str, Any]:
         architecture["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / D
     architecture["qkv_bias"] = "blocks.0.attn.qkv.bias" in state
     architecture["class_token"] = "cls_token" in state
+    if "dist_token" in state:
+        architecture["distilled"] = True  # a DeiT⚗: class and distillation tokens
     if "pos_embed" in state:
-        prefix = 1 if "cls_token" in state else 0
+        prefix = ("cls_token" in state) + ("dist_token" in state)
         side = round((state["pos_embed"].shape[1] - prefix) ** 0.5)
         architecture["img_size"] = (side * ph, side * pw)
     architecture["num_classes"] = state["head.weight"].shape[0] if "head.weight" in state else 0

@@ -28,6 +28,7 @@ from ..models.registry import config_from_dict, config_to_dict
 
 CONFIG_KEY = "vitlab_config"
 HEAD_KEYS = ("head.weight", "head.bias")
+DIST_HEAD_KEYS = ("head_dist.weight", "head_dist.bias")
 
 
 class CheckpointMismatchError(ValueError):
@@ -123,7 +124,7 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[s
             f"body and starting a new head (the fine-tuning case)",
             stacklevel=3,
         )
-        for key in HEAD_KEYS:
+        for key in (*HEAD_KEYS, *DIST_HEAD_KEYS):  # a distilled DeiT's second head goes with the first
             state.pop(key, None)
             if key in target:
                 state[key] = target[key]

@@ -137,11 +137,15 @@ class VisionTransformer(nn.Module):
         """images (B, C, H, W) -> tokens (B, P + N, D): patch tokens, class token prepended, positions added."""
         B, _, H, W = images.shape
         x = self.patch_embed(images)  # (B, N, D)
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)  # (B, 1 + N, D)
+        if self.num_prefix_tokens:
+            x = torch.cat([self.prefix_tokens(B), x], dim=1)  # (B, P + N, D)
         if self.pos_embed is not None:
             x = x + self.pos_embed_for(self.patch_embed.grid_for(H, W))
         return self.pos_drop(x)
+
+    def prefix_tokens(self, B: int) -> torch.Tensor:
+        """The learned tokens put before the patches, (B, P, D): here the class token (DeiT adds a second)."""
+        return self.cls_token.expand(B, -1, -1)
 
     def pos_embed_for(self, grid: tuple[int, int]) -> torch.Tensor:
         """The position embedding (1, P + h·w, D) for a patch grid, resampled if it is not the built one."""

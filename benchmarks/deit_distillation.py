@@ -1,0 +1,101 @@
+"""DeiT's claim on small data: does a student distilled from a convnet beat the same ViT trained alone?
+
+    python benchmarks/deit_distillation.py                  # teacher, then 2 seeds × (no teacher, hard)
+    python benchmarks/deit_distillation.py --kinds none hard soft --seeds 0 1 2 --epochs 5 --reuse
+
+1. The teacher: `resnet18_28` (torchvision's ResNet-18, stem fitted to 28×28), trained with `vitlab train`.
+2. For each seed, at the same number of epochs and the same recipe (the Fashion-MNIST default's optimiser,
+   schedule, label smoothing and flips):
+     none  deit_mini_patch7_28            the ViT alone (= vit_mini_patch7_28)
+     hard  deit_mini_distilled_patch7_28  + distillation token, learning the teacher's argmax (DeiT's ⚗)
+     soft  deit_mini_distilled_patch7_28  + distillation token, KL to the teacher at temperature τ
+Every run goes through the same engine as the command line, into benchmarks/results/runs/deit-*. Writes
+benchmarks/results/deit_distillation.json and prints a markdown table: test accuracy per seed, mean and spread.
+Run one benchmark at a time: the machine has 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from vitlab.engine.session import TrainOptions, train_run
+from vitlab.engine.trainer import read_metrics
+
+RESULTS = Path(__file__).parent / "results"
+RUNS = RESULTS / "runs"
+STUDENTS = {"none": "deit_mini_patch7_28", "hard": "deit_mini_distilled_patch7_28",
+            "soft": "deit_mini_distilled_patch7_28"}
+
+
+def finished(run_dir: Path, epochs: int) -> bool:
+    rows = read_metrics(run_dir)
+    return (run_dir / "config.json").is_file() and bool(rows) and rows[-1]["epoch"] == epochs
+
+
+def train(run_dir: Path, reuse: bool, **options) -> dict:
+    """A finished run's summary: final test accuracy, training time, images/s."""
+    start = time.perf_counter()
+    if reuse and finished(run_dir, options["epochs"]):
+        print(f"reusing the finished run in {run_dir}")
+    else:
+        train_run(TrainOptions(data="fashion-mnist", out=str(run_dir), overwrite=True, **options))
+    rows = read_metrics(run_dir)
+    return {"run_dir": str(run_dir.relative_to(RESULTS.parent.parent)), "test_acc": rows[-1]["test_acc"],
+            "train_time_s": round(sum(r["train_time_s"] for r in rows), 1),
+            "images_per_s": round(rows[-1]["train_images_per_s"], 1), "wall_s": round(time.perf_counter() - start, 1),
+            "curve": [round(r["test_acc"], 4) for r in rows if "test_acc" in r]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=3, help="epochs of every student (default: 3)")
+    parser.add_argument("--teacher-epochs", type=int, default=2, help="epochs of the teacher (default: 2)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--kinds", nargs="+", default=["none", "hard"], choices=sorted(STUDENTS))
+    parser.add_argument("--reuse", action="store_true", help="take finished runs in results/runs as they are")
+    args = parser.parse_args()
+
+    teacher_dir = RUNS / "deit-teacher-resnet18_28"
+    teacher = train(teacher_dir, args.reuse, model="resnet18_28", epochs=args.teacher_epochs)
+    print(f"teacher resnet18_28: {100 * teacher['test_acc']:.2f} %")
+    runs = []
+    for seed in args.seeds:
+        for kind in args.kinds:
+            extra = {"distill": kind, "teacher": str(teacher_dir)} if kind != "none" else {}
+            summary = train(RUNS / f"deit-{kind}-seed{seed}", args.reuse, model=STUDENTS[kind], epochs=args.epochs,
+                            seed=seed, **extra)
+            runs.append({"kind": kind, "model": STUDENTS[kind], "seed": seed, **summary})
+            print(f"{kind} seed {seed}: {100 * summary['test_acc']:.2f} %")
+
+    table = []
+    for kind in args.kinds:
+        accs = [100 * r["test_acc"] for r in runs if r["kind"] == kind]
+        times = [r["train_time_s"] for r in runs if r["kind"] == kind]
+        table.append({"kind": kind, "model": STUDENTS[kind], "accs": accs, "mean": statistics.mean(accs),
+                      "spread": (max(accs) - min(accs)) / 2, "train_time_s": statistics.mean(times)})
+    machine = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+               "platform": platform.platform()}
+    out = {"machine": machine, "epochs": args.epochs, "teacher": {"model": "resnet18_28",
+           "epochs": args.teacher_epochs, **teacher}, "runs": runs, "table": table}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "deit_distillation.json").write_text(json.dumps(out, indent=2))
+
+    print(f"\nFashion-MNIST test accuracy, {args.epochs} epochs per student, seeds {args.seeds}:\n")
+    print("| student | distillation | accuracy per seed (%) | mean ± half-range (%) | train time (min) |")
+    print("| --- | --- | --- | --- | --- |")
+    for row in table:
+        print(f"| {row['model']} | {row['kind']} | {', '.join(f'{a:.2f}' for a in row['accs'])} | "
+              f"{row['mean']:.2f} ± {row['spread']:.2f} | {row['train_time_s'] / 60:.1f} |")
+    print(f"| teacher: resnet18_28 | — | {100 * teacher['test_acc']:.2f} | — | {teacher['train_time_s'] / 60:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Data-parallel training with torchrun on 2 CPU processes (gloo, 127.0.0.1 only), against one process.
+
+R processes with batch b each take the optimizer steps of one process with batch R·b (DDP averages the
+gradients), and one process accumulating 2 batches of b takes the steps of one batch of 2b: the weights agree to
+float rounding. Flips are off in these runs because each process draws its augmentations for its own images.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitlab.engine.session import TrainOptions, train_run
+from vitlab.interop import read_state_dict
+
+MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
+COMMON = ["--data-dir", str(MINI), "--allow-partial-data", "--model", "vit_mini_patch7_28", "--no-hflip",
+          "--threads", "1", "--lr", "1e-3"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*args: str, nproc: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}", "-m", "vitlab", "train", *args]
+
+
+def one_process(out: Path, **kw) -> None:
+    options = dict(data="fashion-mnist", data_dir=str(MINI), allow_partial_data=True, model="vit_mini_patch7_28",
+                   hflip=False, threads=1, lr=1e-3, out=str(out))
+    train_run(TrainOptions(**{**options, **kw}))
+
+
+def assert_same_weights(a: Path, b: Path, atol: float) -> None:
+    """Every weight equal to `atol`, but for the key bias of attention, which is left out: adding a constant
+    vector to every key adds the same q·b_k to a whole row of scores, which the softmax cancels, so its true
+    gradient is 0 and what it receives is float rounding noise, which AdamW normalises to steps of size ~lr.
+    Summing the batch in another order (2 processes, 2 accumulated batches) draws other noise."""
+    wa, wb = read_state_dict(a / "last.safetensors")[0], read_state_dict(b / "last.safetensors")[0]
+    assert wa.keys() == wb.keys()
+    for key in wa:
+        x, y = wa[key], wb[key]
+        if key.endswith("attn.qkv.bias"):
+            D = x.shape[0] // 3
+            x, y = torch.cat([x[:D], x[2 * D :]]), torch.cat([y[:D], y[2 * D :]])  # [q; k; v] without k
+        torch.testing.assert_close(y, x, atol=atol, rtol=0, msg=key)
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_on_the_combined_batch(tmp_path):
+    two = tmp_path / "two"
+    done = subprocess.run(torchrun(*COMMON, "--batch-size", "8", "--epochs", "2", "--drop-path", "0",
+                                   "--out", str(two)), check=False, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "processes: 2" in done.stdout and done.stdout.count("test accuracy") == 1  # rank 0 alone prints
+    one = tmp_path / "one"
+    one_process(one, batch_size=16, epochs=2, drop_path=0.0)
+    assert_same_weights(one, two, atol=1e-5)
+    # the metrics cover all the data: the test accuracy of 2 shards equals that of the whole test set
+    import json
+
+    rows = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
+    rows_one = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
+    assert [r["test_acc"] for r in rows] == pytest.approx([r["test_acc"] for r in rows_one], abs=1e-9)
+
+
+def test_gradient_accumulation_equals_the_double_batch(tmp_path):
+    one_process(tmp_path / "accum", batch_size=8, accum_steps=2, epochs=2, drop_path=0.0)
+    one_process(tmp_path / "double", batch_size=16, epochs=2, drop_path=0.0)
+    assert_same_weights(tmp_path / "double", tmp_path / "accum", atol=1e-5)
+
+
+def test_fp16_on_a_cpu_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="--fp16 needs a CUDA device"):
+        one_process(tmp_path / "a", epochs=1, fp16=True, device="cpu")
+
+
+@pytest.mark.slow
+def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
+    """SIGKILL both processes (and torchrun) after the first checkpoint; `--resume` under torchrun continues
+    each rank's own random stream (drop path is on) and ends on the weights of an uninterrupted run."""
+    args = [*COMMON, "--batch-size", "8", "--epochs", "6", "--drop-path", "0.1", "--seed", "3"]
+    straight = tmp_path / "straight"
+    done = subprocess.run(torchrun(*args, "--out", str(straight)), check=False, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(torchrun(*args, "--out", str(killed)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    while not (killed / "state.pt").exists() and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers at once
+    proc.wait()
+    epochs_done = torch.load(killed / "state.pt", weights_only=True)["epoch"]
+    assert 1 <= epochs_done < 6
+    done = subprocess.run(torchrun("--resume", str(killed)), check=False, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_weights(straight, killed, atol=1e-6)

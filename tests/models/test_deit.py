@@ -1,0 +1,95 @@
+"""DeiT against timm: parameter counts and shapes, outputs with the same weights, loading timm/official files."""
+
+import warnings
+
+import pytest
+import timm
+import torch
+
+import vitlab
+from vitlab.interop import load_weights
+from vitlab.interop.convert import model_from_checkpoint
+from vitlab.models.deit import DistilledVisionTransformer
+from vitlab.models.vit import count_parameters
+
+DEIT_NAMES = [
+    "deit_tiny_patch16_224", "deit_small_patch16_224", "deit_base_patch16_224",
+    "deit_tiny_distilled_patch16_224", "deit_small_distilled_patch16_224", "deit_base_distilled_patch16_224",
+]
+
+
+@pytest.mark.parametrize("name", DEIT_NAMES)
+def test_parameter_counts_and_shapes_equal_timm(name):
+    with torch.device("meta"):
+        ours, theirs = vitlab.create_model(name), timm.create_model(name, pretrained=False)
+    assert count_parameters(ours) == sum(p.numel() for p in theirs.parameters())
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
+
+
+def small_pair(seed=0, depth=2):
+    """timm's distilled DeiT-Ti at 64×64 (cut to `depth` blocks: same code), and ours with its weights."""
+    torch.manual_seed(seed)
+    theirs = timm.create_model("deit_tiny_distilled_patch16_224", depth=depth, img_size=64, num_classes=7)
+    ours = vitlab.create_model("deit_tiny_distilled_patch16_224", depth=depth, img_size=64, num_classes=7)
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs
+
+
+def test_outputs_equal_timm_in_eval_and_training():
+    ours, theirs = small_pair()
+    images = torch.randn(3, 3, 64, 64)
+    with torch.no_grad():
+        ours.eval(), theirs.eval()
+        torch.testing.assert_close(ours(images), theirs(images), atol=1e-5, rtol=0)
+        ours.train(), theirs.train()
+        theirs.set_distilled_training(True)
+        y_cls, y_dist = ours(images)
+        t_cls, t_dist = theirs(images)
+    torch.testing.assert_close(y_cls, t_cls, atol=1e-5, rtol=0)
+    torch.testing.assert_close(y_dist, t_dist, atol=1e-5, rtol=0)
+
+
+def test_two_tokens_two_heads_and_the_average_at_evaluation():
+    model = vitlab.create_model("deit_mini_distilled_patch7_28").eval()
+    assert isinstance(model, DistilledVisionTransformer) and model.num_prefix_tokens == 2
+    images = torch.randn(4, 1, 28, 28)
+    with torch.no_grad():
+        tokens = model.forward_features(images)  # (B, 2 + 16, D)
+        assert tokens.shape == (4, 18, 128)
+        by_hand = (model.head(tokens[:, 0]) + model.head_dist(tokens[:, 1])) / 2
+        torch.testing.assert_close(model(images), by_hand)
+        model.train()
+        y_cls, y_dist = model(images)  # no dropout in this model: training mode gives the same numbers
+    torch.testing.assert_close(y_cls, model.head(tokens[:, 0]))
+    torch.testing.assert_close(y_dist, model.head_dist(tokens[:, 1]))
+    assert not torch.allclose(y_cls, y_dist)  # two different heads on two different tokens
+
+
+@pytest.mark.parametrize("wrapper", [None, "model"])
+def test_a_timm_or_official_deit_file_loads_to_timm_outputs(tmp_path, wrapper):
+    _, theirs = small_pair(seed=1, depth=12)  # all 12 blocks, so the file matches DeiT-Ti's shape for its heads
+    state = theirs.state_dict()
+    path = tmp_path / "deit.pth"
+    torch.save({wrapper: state} if wrapper else state, path)  # DeiT's releases wrap the weights in {"model": ...}
+    ours = load_weights(vitlab.create_model("deit_tiny_distilled_patch16_224", img_size=64, num_classes=7),
+                        path).eval()
+    images = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(images), theirs.eval()(images), atol=1e-5, rtol=0)
+    # without a model name the architecture comes from the file: the distillation token makes it a DeiT
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        built = model_from_checkpoint(path).eval()
+    assert isinstance(built, DistilledVisionTransformer)
+    with torch.no_grad():
+        torch.testing.assert_close(built(images), theirs(images), atol=1e-5, rtol=0)
+
+
+def test_fine_tuning_replaces_both_heads_and_resamples_positions():
+    _, theirs = small_pair()
+    model = vitlab.create_model("deit_tiny_distilled_patch16_224", depth=2, img_size=96, num_classes=3)
+    with pytest.warns(UserWarning, match="new head"):
+        load_weights(model, theirs.state_dict())
+    assert model.pos_embed.shape == (1, 2 + 36, 192)
+    torch.testing.assert_close(model.pos_embed[:, :2], theirs.pos_embed[:, :2])  # both prefix tokens kept apart
+    assert model.head_dist.weight.shape == (3, 192)

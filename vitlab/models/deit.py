@@ -1,0 +1,133 @@
+"""DeiT (Touvron et al. 2021, "Training data-efficient image transformers & distillation through attention").
+
+DeiT is ViT's architecture trained with a strong recipe (engine/augment.py, engine/ema.py, ...) and, in its
+distilled form (⚗), one extra learned token:
+
+    z0 = [x_class; x_distill; x_p¹E; …; x_pᴺE] + E_pos        two prefix tokens, positions for both
+    zL = encoder(z0)                                          the same pre-norm blocks as ViT
+    y_cls = head(LN(zL)⁰)          learns from the true label
+    y_dist = head_dist(LN(zL)¹)    learns from the teacher (engine/distill.py)
+
+In training the model returns both logits (y_cls, y_dist); in evaluation their average, as the paper does
+(§4, "at test time ... we add the softmax output by the two classifiers"; the released code averages logits,
+which is what timm and we do). Key names (cls_token, dist_token, pos_embed, head, head_dist) are timm's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from ..layers.pos_embed import learned_pos_embed, sincos_pos_embed
+from .registry import register_config, register_model
+from .vit import VisionTransformer, ViTConfig, _vit28
+
+
+@register_config
+@dataclass(frozen=True)
+class DeiTConfig(ViTConfig):
+    """A ViT config whose model carries a distillation token and a second head."""
+
+    family: ClassVar[str] = "deit"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.class_token or self.global_pool != "token":
+            raise ValueError("a distilled DeiT reads its class and distillation tokens: it needs class_token=True "
+                             f"and global_pool='token' (got class_token={self.class_token}, "
+                             f"global_pool={self.global_pool!r})")
+
+    def build(self) -> DistilledVisionTransformer:
+        return DistilledVisionTransformer(self)
+
+
+class DistilledVisionTransformer(VisionTransformer):
+    """images (B, C, H, W) -> (y_cls, y_dist), each (B, num_classes), in training; (y_cls + y_dist) / 2 in eval."""
+
+    def __init__(self, config: DeiTConfig) -> None:
+        super().__init__(config)
+        D = config.dim
+        self.num_prefix_tokens = 2  # [class; distillation]
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, D))
+        grid = self.patch_embed.grid_size
+        if config.pos_embed == "learn":  # the parent made room for one prefix token; DeiT needs two
+            self.pos_embed = learned_pos_embed(grid, D, self.num_prefix_tokens)
+        elif config.pos_embed == "sincos":
+            self.register_buffer("pos_embed", sincos_pos_embed(grid, D, self.num_prefix_tokens), persistent=False)
+        self.head_dist = nn.Linear(D, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        nn.init.trunc_normal_(self.dist_token, std=0.02)
+        if isinstance(self.head_dist, nn.Linear):
+            nn.init.trunc_normal_(self.head_dist.weight, std=0.02)
+            nn.init.zeros_(self.head_dist.bias)
+        # False makes training-mode forward return the average too (e.g. fine-tuning without a teacher)
+        self.distilled_training = True
+
+    def prefix_tokens(self, B: int) -> torch.Tensor:
+        """(B, 2, D): the class token, then the distillation token."""
+        return torch.cat([self.cls_token, self.dist_token], dim=1).expand(B, -1, -1)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False):
+        """tokens (B, 2 + N, D) -> (y_cls, y_dist) in training, their mean otherwise; pre_logits: the two
+        tokens' features averaged (B, D)."""
+        cls_features, dist_features = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
+        if pre_logits:
+            return (cls_features + dist_features) / 2
+        y_cls, y_dist = self.head(cls_features), self.head_dist(dist_features)
+        if self.training and self.distilled_training:
+            return y_cls, y_dist
+        return (y_cls + y_dist) / 2
+
+    def reset_classifier(self, num_classes: int) -> None:
+        super().reset_classifier(num_classes)
+        self.head_dist = nn.Linear(self.config.dim, num_classes) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            nn.init.trunc_normal_(self.head_dist.weight, std=0.02)
+            nn.init.zeros_(self.head_dist.bias)
+
+
+# ---- presets: timm's names. DeiT-Ti/S/B are ViT-Ti/S/B (DeiT Table 1); ⚗ adds the distillation token ----------
+@register_model
+def deit_tiny_patch16_224() -> ViTConfig:
+    return ViTConfig(patch_size=16, dim=192, depth=12, num_heads=3)
+
+
+@register_model
+def deit_small_patch16_224() -> ViTConfig:
+    return ViTConfig(patch_size=16, dim=384, depth=12, num_heads=6)
+
+
+@register_model
+def deit_base_patch16_224() -> ViTConfig:
+    return ViTConfig(patch_size=16, dim=768, depth=12, num_heads=12)
+
+
+@register_model
+def deit_tiny_distilled_patch16_224() -> DeiTConfig:
+    return DeiTConfig(patch_size=16, dim=192, depth=12, num_heads=3)
+
+
+@register_model
+def deit_small_distilled_patch16_224() -> DeiTConfig:
+    return DeiTConfig(patch_size=16, dim=384, depth=12, num_heads=6)
+
+
+@register_model
+def deit_base_distilled_patch16_224() -> DeiTConfig:
+    return DeiTConfig(patch_size=16, dim=768, depth=12, num_heads=12)
+
+
+# ---- 28×28 grayscale: the student of benchmarks/deit_distillation.py, and its twin without the token ---------
+@register_model
+def deit_mini_patch7_28() -> ViTConfig:
+    """= vit_mini_patch7_28 (16 tokens of 7×7 pixels, 128 wide, 6 deep, 4 heads), under DeiT's name."""
+    return _vit28(7, 128, 6, 4)
+
+
+@register_model
+def deit_mini_distilled_patch7_28() -> DeiTConfig:
+    """deit_mini_patch7_28 plus the distillation token and its head."""
+    return DeiTConfig(**dataclasses.asdict(_vit28(7, 128, 6, 4)))
