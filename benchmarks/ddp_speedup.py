@@ -1,0 +1,79 @@
+"""Training throughput of 1 process against N processes launched by torchrun, on this machine's CPUs.
+
+    python benchmarks/ddp_speedup.py                       # 1 epoch of Fashion-MNIST, 1 vs 2 processes
+    python benchmarks/ddp_speedup.py --nproc 2 4 --epochs 1
+
+The same effective batch everywhere (128 = processes × per-process batch), the same total number of CPU
+threads (the machine's cores, split evenly between processes), the same model and data. Each run is a real
+`vitlab train` (torchrun for N > 1). Writes benchmarks/results/ddp_speedup.json and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(nproc: int, epochs: int, model: str, batch: int, cores: int) -> dict:
+    out = Path(tempfile.mkdtemp(prefix=f"ddp{nproc}-"))
+    args = ["train", "--model", model, "--epochs", str(epochs), "--batch-size", str(batch // nproc),
+            "--threads", str(max(1, cores // nproc)), "--out", str(out / "run"), "--no-hflip"]
+    if nproc == 1:
+        command = [sys.executable, "-m", "vitlab", *args]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                   "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "vitlab", *args]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    rows = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    return {"processes": nproc, "per_process_batch": batch // nproc, "threads_per_process": max(1, cores // nproc),
+            "train_time_s": round(sum(r["train_time_s"] for r in rows), 1),
+            "images_per_s": round(rows[-1]["train_images_per_s"], 1), "wall_s": round(wall, 1),
+            "test_acc": rows[-1]["test_acc"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nproc", type=int, nargs="+", default=[2], help="process counts to compare with 1")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--model", default="vit_mini_patch7_28")
+    parser.add_argument("--batch", type=int, default=128, help="effective batch (default: 128)")
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    results = [run(n, args.epochs, args.model, args.batch, cores) for n in [1, *args.nproc]]
+    base = results[0]["images_per_s"]
+    for r in results:
+        r["speedup"] = round(r["images_per_s"] / base, 3)
+    machine = {"cpus": cores, "torch": torch.__version__, "platform": platform.platform()}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ddp_speedup.json").write_text(json.dumps({"machine": machine, "model": args.model,
+                                                          "epochs": args.epochs, "results": results}, indent=2))
+    print(f"{args.model}, {args.epochs} epoch(s) of Fashion-MNIST, effective batch {args.batch}, {cores} cores:\n")
+    print("| processes | batch per process | threads per process | images/s | speed-up | train time (s) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['processes']} | {r['per_process_batch']} | {r['threads_per_process']} | {r['images_per_s']:.0f} | "
+              f"{r['speedup']:.2f}× | {r['train_time_s']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
