@@ -67,7 +67,7 @@ def test_interrupted_then_resumed_equals_straight_run(tmp_path, monkeypatch):
     real = trainer.train_one_epoch
 
     def dying(model, loader, *args, **kw):
-        epoch = args[-2]
+        epoch = args[3]  # train_one_epoch(model, loader, optimizer, scheduler, config, epoch, ...)
         if epoch == 1:
             batches = iter(loader)
             next(batches)

@@ -15,14 +15,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data.distributed import DistributedSampler
 
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
 
 
-class EpochSampler(Sampler[int]):
+class EpochSampler(DistributedSampler):
+    """torch's DistributedSampler (same arguments, same set_epoch contract, usable where one is expected), with
+    the order drawn from (seed, epoch) as above and repeated augmentation added."""
+
     def __init__(self, size: int, shuffle: bool = True, seed: int = 0, repeats: int = 1, num_replicas: int = 1,
                  rank: int = 0, pad: bool = True) -> None:
         """pad=False (evaluation): the shards are left uneven rather than counting some images twice."""
@@ -30,6 +33,7 @@ class EpochSampler(Sampler[int]):
             raise ValueError(f"--repeated-aug is a number of copies, 1 (off) or more; got {repeats}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is outside 0..{num_replicas - 1}")
+        super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
         self.size, self.shuffle, self.seed, self.repeats = size, shuffle, seed, repeats
         self.num_replicas, self.rank, self.pad, self.epoch = num_replicas, rank, pad, 0
 
