@@ -96,6 +96,9 @@ def test_tiny_run_writes_its_folder_and_resumes_exactly(tmp_path):
         torch.testing.assert_close(first[key], second[key], atol=0, rtol=0)
 
     model, task = load_seq2seq_run(run)
+    from vitlab.interop import load_model  # the weights file carries its config, like a ViT's
+
+    torch.testing.assert_close(load_model(run / "last.safetensors").state_dict(), model.state_dict())
     assert all(token in task.vocab.symbols for token in translate(model, task, "1 2 3"))
     with pytest.raises(ValueError, match="already holds a run"):
         train_seq2seq(tiny(run))

@@ -62,7 +62,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=d["eval_every"],
                    help=f"steps between held-out evaluations and checkpoints (default: {d['eval_every']})")
     p.add_argument("--seed", type=int, default=d["seed"], help=f"(default: {d['seed']})")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, help=f"torch CPU threads; 0: torch's choice (default: {d['threads']}, "
+                   "fastest for models this small)")
     p.add_argument("--overwrite", action="store_true", help="start over in an --out folder that holds a run")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run from its last checkpoint; only "
                    "--steps and --threads may change")

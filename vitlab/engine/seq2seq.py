@@ -71,7 +71,9 @@ class Seq2SeqTrainOptions:
     clip_grad: float = 1.0  # max gradient norm; 0: off
     eval_every: int = 250
     seed: int = 0
-    threads: int | None = None
+    # one thread: at this size a step is hundreds of tiny kernels, where a second thread only adds synchronisation
+    # (and, on a busy machine, a lot of waiting); None: torch's choice
+    threads: int | None = 1
     overwrite: bool = False
     resume: bool = False
 
@@ -163,8 +165,16 @@ def train_seq2seq(options: Seq2SeqTrainOptions) -> dict[str, Any]:
     """Train on freshly drawn batches, evaluate on the held-out set every `eval_every` steps; returns the last
     metrics row plus `run_dir`."""
     run_dir, options = _prepare_run_dir(options)
+    threads_before = torch.get_num_threads()
     if options.threads:
         torch.set_num_threads(options.threads)
+    try:
+        return _train(options, run_dir)
+    finally:
+        torch.set_num_threads(threads_before)  # leave the process as it was (a notebook, a test session)
+
+
+def _train(options: Seq2SeqTrainOptions, run_dir: Path) -> dict[str, Any]:
     task = options.make_task()
     torch.manual_seed(options.seed)
     model = build_model(options, task)

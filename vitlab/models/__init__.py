@@ -1,7 +1,10 @@
 from .registry import config_from_dict, config_to_dict, create_model, get_config, list_models, register_model
+from .seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from .vit import VisionTransformer, ViTConfig
 
 __all__ = [
+    "Seq2SeqConfig",
+    "Seq2SeqTransformer",
     "ViTConfig",
     "VisionTransformer",
     "config_from_dict",
