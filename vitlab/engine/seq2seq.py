@@ -219,11 +219,7 @@ def _train(options: Seq2SeqTrainOptions, run_dir: Path) -> dict[str, Any]:
                    "test_exact_acc": exact_accuracy(model, test_pairs),
                    "elapsed_s": elapsed_before + time.perf_counter() - run_start}
             losses = []
-            _append_jsonl(run_dir / METRICS_FILE, row)
-            save_weights(model, run_dir / WEIGHTS_FILE, {"task": task.name, "step": str(step + 1)})
-            save_training_state(run_dir, model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                scheduler=scheduler.state_dict(), step=step + 1, elapsed_s=row["elapsed_s"],
-                                data_rng=data_rng.getstate())
+            _checkpoint(run_dir, row, model, optimizer, scheduler, data_rng)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['test_exact_acc']:.3f}")
             tqdm.write(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()}))
     bar.close()
@@ -231,6 +227,16 @@ def _train(options: Seq2SeqTrainOptions, run_dir: Path) -> dict[str, Any]:
         rows = read_jsonl(run_dir / METRICS_FILE)
         row = rows[-1] if rows else {}
     return {**row, "run_dir": str(run_dir)}
+
+
+def _checkpoint(run_dir: Path, row: dict[str, Any], model: Seq2SeqTransformer, optimizer, scheduler,
+                data_rng: random.Random) -> None:
+    """Metrics row, weights, then the resume state: a kill between two writes loses at most this evaluation."""
+    _append_jsonl(run_dir / METRICS_FILE, row)
+    save_weights(model, run_dir / WEIGHTS_FILE, {"step": str(row["step"])})
+    save_training_state(run_dir, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                        scheduler=scheduler.state_dict(), step=row["step"], elapsed_s=row["elapsed_s"],
+                        data_rng=data_rng.getstate())
 
 
 def load_seq2seq_run(run_dir: str | os.PathLike) -> tuple[Seq2SeqTransformer, SequenceTask]:
