@@ -93,3 +93,22 @@ def test_fine_tuning_replaces_both_heads_and_resamples_positions():
     assert model.pos_embed.shape == (1, 2 + 36, 192)
     torch.testing.assert_close(model.pos_embed[:, :2], theirs.pos_embed[:, :2])  # both prefix tokens kept apart
     assert model.head_dist.weight.shape == (3, 192)
+
+
+def test_a_hugging_face_deit_with_teacher_folder_gives_its_outputs(tmp_path):
+    from transformers import DeiTConfig, DeiTForImageClassificationWithTeacher
+
+    torch.manual_seed(0)
+    config = DeiTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                        image_size=32, patch_size=8, num_labels=5)
+    theirs = DeiTForImageClassificationWithTeacher(config).eval()
+    theirs.save_pretrained(tmp_path)
+    ours = model_from_checkpoint(tmp_path)
+    assert isinstance(ours, DistilledVisionTransformer) and ours.config.norm_eps == config.layer_norm_eps
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        out = theirs(pixel_values=images)
+        torch.testing.assert_close(ours.eval()(images), out.logits, atol=1e-5, rtol=0)
+        y_cls, y_dist = ours.train()(images)
+    torch.testing.assert_close(y_cls, out.cls_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(y_dist, out.distillation_logits, atol=1e-5, rtol=0)

@@ -1,7 +1,8 @@
 """Checkpoints people already have, mapped to vitlab's (= timm's) ViT key names and layouts.
 
     vitlab / timm   blocks.{i}.attn.qkv.weight (3D, D) rows [q; k; v], blocks.{i}.norm1, mlp.fc1, head, ...
-    Hugging Face    vit.layers.{i}.attention.{q,k,v,o}_proj            (transformers ≥ 5)
+    Hugging Face    vit.layers.{i}.attention.{q,k,v,o}_proj            (transformers ≥ 5; DeiT: deit.*, plus
+                    embeddings.distillation_token, cls_classifier, distillation_classifier)
                     vit.encoder.layer.{i}.attention.attention.{query,key,value}, attention.output.dense,
                     intermediate.dense, output.dense                      (transformers 4 and the Hub's files)
                     layernorm_before/after, embeddings.{cls_token, position_embeddings, patch_embeddings}
@@ -82,7 +83,7 @@ HF_QKV = {"v5": ("attention.q_proj", "attention.k_proj", "attention.v_proj"),
 
 
 def _from_huggingface(state: dict[str, torch.Tensor], hf_config: dict[str, Any]):
-    state = {key.removeprefix("vit."): value for key, value in state.items()}
+    state = {key.removeprefix("vit.").removeprefix("deit."): value for key, value in state.items()}
     out: dict[str, torch.Tensor] = {}
     dropped = []
     blocks: dict[int, dict[str, torch.Tensor]] = {}
@@ -92,6 +93,12 @@ def _from_huggingface(state: dict[str, torch.Tensor], hf_config: dict[str, Any])
             blocks.setdefault(int(match.group(1)), {})[match.group(2)] = value
         elif key == "embeddings.cls_token":
             out["cls_token"] = value
+        elif key == "embeddings.distillation_token":  # DeiTForImageClassificationWithTeacher
+            out["dist_token"] = value
+        elif key.startswith("cls_classifier."):
+            out["head." + key.rsplit(".", 1)[1]] = value
+        elif key.startswith("distillation_classifier."):
+            out["head_dist." + key.rsplit(".", 1)[1]] = value
         elif key == "embeddings.position_embeddings":
             out["pos_embed"] = value
         elif key.startswith("embeddings.patch_embeddings.projection."):
@@ -117,6 +124,8 @@ def _from_huggingface(state: dict[str, torch.Tensor], hf_config: dict[str, Any])
         warnings.warn(f"ignoring Hugging Face weights vitlab's ViT does not use: {', '.join(sorted(dropped))}",
                       stacklevel=3)
     architecture = _architecture_from_hf_config(hf_config) if hf_config else _architecture_from_state(out)
+    if "dist_token" in out:
+        architecture["distilled"] = True
     eps = hf_config.get("layer_norm_eps", 1e-12) if hf_config else None
     return out, CheckpointInfo("huggingface", norm_eps=eps, architecture=architecture)
 
