@@ -241,6 +241,12 @@ def measure(workload: Workload, settings: Settings | None = None, progress: Call
         metrics.append((f"infer_b{workload.infer_batch}_bf16_img_s", workload.infer_batch, True))
     samples: dict[tuple[str, str], list[float]] = {}
     calls: dict[tuple[str, str], int] = {}
+
+    def seconds_per_call(label: str, key: str, fn: Callable[[], object]) -> float:
+        if (label, key) not in calls:  # first round: a warm-up call (which also compiles), a call that sizes the count
+            calls[(label, key)] = _calls(timed(fn, 1, warmup=1, device=device), settings)
+        return timed(fn, calls[(label, key)], warmup=0, device=device)
+
     peaks = []
     for round_index in range(settings.rounds):
         peaks.append(matmul_peak_gflops(settings.peak_n, device=device))
@@ -250,23 +256,13 @@ def measure(workload: Workload, settings: Settings | None = None, progress: Call
             for key, batch, bf16 in metrics:
                 x = inputs[batch]
                 with torch.inference_mode(), autocast(device, bf16):
-                    call = lambda m=model, x=x: m(x)  # noqa: E731
-                    n, warm = calls.get((c.label, key)), 0
-                    if n is None:  # first round: warm up (and compile) and size the number of calls
-                        warm = 1
-                        n = calls[(c.label, key)] = _calls(timed(call, 1, warmup=1, device=device), settings)
-                    seconds = timed(call, n, warmup=warm, device=device)
+                    seconds = seconds_per_call(c.label, key, lambda m=model, x=x: m(x))
                 samples.setdefault((c.label, key), []).append(batch / seconds)
             model.train()
             optimizer = optimizers.setdefault(c.label, torch.optim.AdamW(model.parameters(), lr=1e-4))
-            step = lambda m=model, o=optimizer: train_step(m, o, inputs[workload.train_batch], labels)  # noqa: E731
-            key = "train_img_s"
-            n, warm = calls.get((c.label, key)), 0
-            if n is None:
-                warm = 1
-                n = calls[(c.label, key)] = _calls(timed(step, 1, warmup=1, device=device), settings)
-            seconds = timed(step, n, warmup=warm, device=device)
-            samples.setdefault((c.label, key), []).append(workload.train_batch / seconds)
+            seconds = seconds_per_call(c.label, "train_img_s", lambda m=model, o=optimizer: train_step(
+                m, o, inputs[workload.train_batch], labels))
+            samples.setdefault((c.label, "train_img_s"), []).append(workload.train_batch / seconds)
         progress(f"  {workload.name}: round {round_index + 1}/{settings.rounds} done")
     rows = summarise(workload, entries, samples, calls, settings)
     for c in entries:
