@@ -5,8 +5,9 @@
 
 Each task is a full `vitlab train-seq2seq` run (the same engine as the command line, default options unless
 given) in a temporary folder; the held-out ("unseen") exact-sequence accuracy is recorded at every evaluation.
-Writes benchmarks/results/seq2seq_tasks.json and .png and prints a markdown table. Run one benchmark at a time:
-the machine has 2 cores.
+Writes benchmarks/results/seq2seq_tasks.json and .png, prints a markdown table and puts it in README.md between
+the `<!-- seq2seq-tasks -->` markers (`--no-readme`: leave README.md alone). Run one benchmark at a time: the
+machine has 2 cores.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from vitlab.data.sequences import TASKS
 from vitlab.engine.seq2seq import METRICS_FILE, Seq2SeqTrainOptions, read_jsonl, train_seq2seq
 
 RESULTS = Path(__file__).parent / "results"
+README = Path(__file__).parents[1] / "README.md"
+MARKER = "<!-- seq2seq-tasks -->"
 
 
 def run_task(task: str, steps: int | None, root: Path) -> dict:
@@ -70,11 +73,22 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def update_readme(table: str, note: str) -> bool:
+    """Replace what lies between the two markers in README.md; False when they are not there."""
+    text = README.read_text() if README.is_file() else ""
+    parts = text.split(MARKER)
+    if len(parts) != 3:
+        return False
+    README.write_text(parts[0] + MARKER + "\n" + table + "\n\n" + note + "\n" + MARKER + parts[2])
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--steps", type=int, help="optimizer steps per task (default: the command's default)")
     parser.add_argument("--out", default=str(RESULTS / "seq2seq_tasks.json"))
+    parser.add_argument("--no-readme", dest="readme", action="store_false", help="do not update README.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         results = [run_task(task, args.steps, Path(root)) for task in args.tasks]
@@ -87,6 +101,10 @@ def main() -> None:
     out.write_text(json.dumps({"machine": machine, "results": results, "table": table}, indent=2) + "\n")
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
+    note = (f"Time: wall clock for training plus the held-out evaluations, 1 torch thread (the command's default), "
+            f"torch {torch.__version__}, fp32, on 2 CPU cores shared with other jobs.")
+    if args.readme and update_readme(table, note):
+        print(f"updated the table in {README}")
 
 
 if __name__ == "__main__":
