@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
                         memory=args.memory, device=args.device)
     sizes = (224, 384, 512)
     if args.quick:
-        settings.repeats, settings.min_repeats, settings.target_s, settings.rounds = 2, 1, 0.0, 2
+        settings.repeats, settings.min_repeats, settings.target_s, settings.rounds = 1, 1, 0.0, 1
         settings.peak_n = 512
         sizes = (28, 56)
         if args.scaling_model == parser.get_default("scaling_model"):

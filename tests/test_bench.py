@@ -12,6 +12,18 @@ pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tests check the harness, not the speed: one thread keeps them quick on a busy machine, where
+    OpenMP threads waiting for each other at every op make tiny models many times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 TINY = Settings(repeats=1, min_repeats=1, target_s=0.0, rounds=2, memory=False, peak_n=256)
 
 

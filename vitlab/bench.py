@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -72,12 +72,14 @@ def comparable(name: str) -> str:
         return name
     from .models.registry import list_models
 
+    twins = []
     for other in list_models():
-        o = get_config(other)
-        if o.family == c.family and o.patch_proj == "conv" and (o.img_size, o.patch_size, o.in_chans, o.dim,
-                                                                 o.depth, o.num_heads) == (
-                c.img_size, c.patch_size, c.in_chans, c.dim, c.depth, c.num_heads):
-            return other
+        o = get_config(other)  # the same config but for the stem: same class, every other field equal
+        if type(o) is type(c) and o.patch_proj == "conv" and replace(o, patch_proj=c.patch_proj,
+                                                                      stem_channels=c.stem_channels) == c:
+            twins.append(other)
+    if twins:  # the twin of the same family name first (vit_mini_patch7_28, not an identical deit_ preset)
+        return min(twins, key=lambda other: other.split("_")[0] != name.split("_")[0])
     raise ValueError(f"{name} has a convolutional stem and no plain-patch twin to compare with timm and HF")
 
 
@@ -333,7 +335,7 @@ def peak_memory(library: str, name: str, infer_batch: int, train_batch: int, dev
     this library, so the other libraries' models and allocations do not pollute it. MiB."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    args = json.dumps([library, name, infer_batch, train_batch, device])
+    args = json.dumps([library, name, infer_batch, train_batch, device, torch.get_num_threads()])
     done = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, args], check=False, capture_output=True, text=True,
                           env=env, timeout=900)
     if done.returncode != 0:
@@ -341,9 +343,9 @@ def peak_memory(library: str, name: str, infer_batch: int, train_batch: int, dev
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _memory_probe(library: str, name: str, infer_batch: int, train_batch: int, device: str) -> dict:
-    """Runs inside the fresh process of `peak_memory`."""
-    torch.set_num_threads(torch.get_num_threads())
+def _memory_probe(library: str, name: str, infer_batch: int, train_batch: int, device: str, threads: int) -> dict:
+    """Runs inside the fresh process of `peak_memory`, with the parent's number of threads."""
+    torch.set_num_threads(threads)
     if library == "timm":
         import timm  # noqa: F401  (imports count towards the baseline, not the model)
     elif library == "hf":
