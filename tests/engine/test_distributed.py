@@ -110,3 +110,14 @@ def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_same_weights(straight, killed, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_compiled_training_saves_plain_keys_and_reloads(tmp_path):
+    from vitlab.engine.session import load_run
+
+    one_process(tmp_path / "c", batch_size=50, epochs=1, drop_path=0.0, compile=True, model_overrides={"depth": 1})
+    weights = read_state_dict(tmp_path / "c" / "last.safetensors")[0]
+    assert weights and not any(key.startswith("_orig_mod.") for key in weights)
+    model, _ = load_run(tmp_path / "c")
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)

@@ -53,6 +53,7 @@ class TrainOptions:
     bf16: bool = False
     fp16: bool = False  # float16 autocast with a gradient scaler (CUDA only)
     accum_steps: int = 1  # batches per optimizer step (gradient accumulation)
+    compile: bool = False  # torch.compile the forward pass
     seed: int = 0
     workers: int = 0
     threads: int | None = None
@@ -230,7 +231,7 @@ def _resume(options: TrainOptions) -> dict[str, Any]:
         raise ValueError(
             f"--resume continues a run with its own settings; these options cannot change: "
             f"{', '.join('--' + n.replace('_', '-') for n in ignored)} (only --epochs, --max-epochs-this-run, "
-            f"--data-dir, --device and --threads can)"
+            f"--data-dir, --device, --threads and --compile can)"
         )
     if options.epochs is not None:  # a resumed run may be extended; the cosine is stretched to the new end
         recipe["epochs"] = options.epochs
@@ -253,11 +254,12 @@ def _resume(options: TrainOptions) -> dict[str, Any]:
         drop_path_rate=recipe["drop_path"], **info.get("model_overrides", {}),
     )
     resumed = TrainOptions(**{**saved, "resume": None, "max_epochs_this_run": options.max_epochs_this_run,
+                              "compile": options.compile,
                               "device": options.device if options.device != "auto" else saved.get("device", "auto")})
     return _fit(model, bundle, recipe, resumed, run_dir, info, resume=True)
 
 
-RESUME_OPTIONS = {"resume", "epochs", "max_epochs_this_run", "data_dir", "device", "threads"}
+RESUME_OPTIONS = {"resume", "epochs", "max_epochs_this_run", "data_dir", "device", "threads", "compile"}
 
 
 def _fit(model, bundle, recipe, options, run_dir, info, resume: bool) -> dict[str, Any]:
@@ -268,7 +270,8 @@ def _fit(model, bundle, recipe, options, run_dir, info, resume: bool) -> dict[st
         weight_decay=recipe["weight_decay"], warmup_epochs=recipe["warmup_epochs"],
         label_smoothing=recipe["label_smoothing"], clip_grad=recipe["clip_grad"], bf16=options.bf16,
         seed=options.seed, max_epochs_this_run=options.max_epochs_this_run, fp16=options.fp16,
-        accum_steps=options.accum_steps, **{key: recipe[key] for key in TRAINER_KEYS if key in recipe},
+        accum_steps=options.accum_steps, compile=options.compile,
+        **{key: recipe[key] for key in TRAINER_KEYS if key in recipe},
     )
     teacher = load_teacher(options.teacher, bundle) if options.teacher else None
     metrics = fit(model, train_loader, test_loader, config, run_dir, resume=resume, run_info=info, teacher=teacher,
