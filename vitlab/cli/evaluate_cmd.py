@@ -15,8 +15,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best"], default="last", help="which checkpoint (default: last)")
     p.add_argument("--batch-size", type=int, default=256, help="evaluation batch size (default: 256)")
     p.add_argument("--bf16", action="store_true",
-                   help="bf16 autocast; refused where the device has no native bf16 (there it is many times slower)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays on large test sets)")
+                   help="bf16 autocast; refused where the device has no native bf16 (there it is many times "
+                   "slower) (default: off, fp32)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model first (pays on large test sets) "
+                   "(default: off)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="do not write confusion.png (default: write)")
     p.set_defaults(run=run)
