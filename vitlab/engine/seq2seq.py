@@ -61,7 +61,7 @@ class Seq2SeqTrainOptions:
     norm: str = "post"
     pos_embed: str = "sincos"
     tie_embeddings: bool = True
-    steps: int = 2000
+    steps: int = 4000  # measured: reverse holds 98–99 % from step 1,500 to 2,250 and reaches 99.8 % at 4,000
     batch_size: int = 64
     schedule: str = "inverse_sqrt"  # the paper's warm-up + 1/√step with Adam; "cosine": AdamW, warm-up + cosine
     lr: float = 2e-3  # peak learning rate, reached at the end of the warm-up (either schedule)
