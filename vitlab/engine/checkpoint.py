@@ -9,6 +9,7 @@ A run folder holds
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
@@ -65,3 +66,14 @@ def load_training_state(run_dir: Path) -> dict[str, Any]:
             f"ended); start it again without --resume"
         )
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a metrics file (one JSON object per line); a last line cut short by a kill is left out."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows

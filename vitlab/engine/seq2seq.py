@@ -33,7 +33,7 @@ from ..interop.weights import read_state_dict, save_weights
 from ..models.decoding import beam_search, greedy_decode
 from ..models.registry import config_from_dict, config_to_dict
 from ..models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from .checkpoint import load_training_state, save_training_state, set_rng_state
+from .checkpoint import load_training_state, read_jsonl, save_training_state, set_rng_state
 from .optim import build_optimizer, build_scheduler, inverse_sqrt, inverse_sqrt_scale
 
 CONFIG_FILE, METRICS_FILE, WEIGHTS_FILE = "config.json", "metrics.jsonl", "last.safetensors"
@@ -315,17 +315,6 @@ def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
         f.flush()
         os.fsync(f.fileno())
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a metrics file; a last line cut short by a kill is left out."""
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
 
 
 def _keep_metrics_until(path: Path, step: int) -> None:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ..interop.weights import load_weights, save_weights
 from .augment import mixup_cutmix
-from .checkpoint import load_training_state, rng_state, save_training_state, set_rng_state
+from .checkpoint import load_training_state, read_jsonl, rng_state, save_training_state, set_rng_state
 from .distill import DistillationLoss
 from .distributed import DistInfo, all_reduce_sum, barrier, gather_objects
 from .ema import ModelEma
@@ -321,15 +321,7 @@ def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of metrics.jsonl; a last line cut short by a kill is left out."""
     path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return read_jsonl(path) if path.is_file() else []
 
 
 def _truncate_metrics(path: Path, epochs_kept: int) -> None:
