@@ -102,3 +102,57 @@ def test_decoder_block_matches_torch_transformer_decoder_layer(pre_norm):
     # ours: True = may attend, broadcast to (B, heads, N, M)
     got = ours(x, memory, self_mask=causal, memory_mask=~memory_padding[:, None, None, :])
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("init_values", [None, 0.5])
+def test_inference_writes_in_place_only_into_its_own_fresh_outputs(init_values):
+    """Under inference_mode the block writes GELU and the residual sums into buffers it just made: the result is
+    bit-identical to the out-of-place formula, its input is left as it was, and a hook that keeps an output sees
+    the value it was given."""
+    torch.manual_seed(0)
+    block = EncoderBlock(32, 4, init_values=init_values).eval()
+    x = torch.randn(2, 6, 32)
+    x_before = x.clone()
+
+    def out_of_place(x):  # the same sub-modules, every step into a new tensor
+        scale1 = block.ls1 if init_values else (lambda t: t)
+        scale2 = block.ls2 if init_values else (lambda t: t)
+        x = x + scale1(block.attn(block.norm1(x)))
+        h = nn.functional.gelu(block.mlp.fc1(block.norm2(x)))
+        return x + scale2(block.mlp.fc2(h))
+
+    with torch.no_grad():
+        expected = out_of_place(x)
+    with torch.inference_mode():
+        got = block(x)
+    assert torch.equal(got, expected)
+    assert torch.equal(x, x_before)
+
+    with torch.inference_mode():  # what the hooks below must be given, computed before they exist
+        attn_out = block.attn(block.norm1(x))
+        x1 = x + (block.ls1(attn_out) if init_values else attn_out)
+        fc1_out = block.mlp.fc1(block.norm2(x1))
+    kept = {}
+    block.attn.register_forward_hook(lambda m, i, o: kept.__setitem__("attn", o))
+    block.mlp.fc1.register_forward_hook(lambda m, i, o: kept.__setitem__("fc1", o))
+    with torch.inference_mode():
+        got_hooked = block(x)
+    assert torch.equal(got_hooked, expected)
+    assert torch.equal(kept["attn"], attn_out)  # not attn_out + x
+    assert torch.equal(kept["fc1"], fc1_out)  # not GELU(fc1_out)
+
+
+def test_training_keeps_every_tensor_autograd_saved():
+    """With gradients on nothing is overwritten: gradients equal those of the out-of-place formula."""
+    torch.manual_seed(0)
+    block = EncoderBlock(16, 2, init_values=0.1).train()
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    block(x).square().sum().backward()
+    got = [p.grad.clone() for p in block.parameters()] + [x.grad.clone()]
+    block.zero_grad()
+    x.grad = None
+    x1 = x + block.ls1(block.attn(block.norm1(x)))
+    (x1 + block.ls2(block.mlp.fc2(nn.functional.gelu(block.mlp.fc1(block.norm2(x1)))))).square().sum().backward()
+    expected = [p.grad for p in block.parameters()] + [x.grad]
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-6, rtol=1e-6)

@@ -21,7 +21,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .drop import DropPath
-from .mlp import Mlp, call_unless_noop
+from .mlp import Mlp, call_unless_noop, may_overwrite
 
 LayerNorm6 = partial(nn.LayerNorm, eps=1e-6)  # the epsilon of the JAX ViT release and of timm
 
@@ -66,14 +66,22 @@ class EncoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         # unused layer scale and drop path are nn.Identity: skipped rather than called (see call_unless_noop)
-        x = x + self.residual_branch(self.ls1, self.drop_path1, self.attn(self.norm1(x), attn_mask=attn_mask))
-        x = x + self.residual_branch(self.ls2, self.drop_path2, self.mlp(self.norm2(x)))
+        x = self.add_residual(x, self.attn(self.norm1(x), attn_mask=attn_mask), self.attn, self.ls1, self.drop_path1)
+        x = self.add_residual(x, self.mlp(self.norm2(x)), self.mlp, self.ls2, self.drop_path2)
         return x
 
     @staticmethod
-    def residual_branch(scale: nn.Module, drop_path: nn.Module, branch: torch.Tensor) -> torch.Tensor:
-        """DropPath(LayerScale(branch)), each skipped when it is an nn.Identity. branch: (B, N, D)."""
-        return call_unless_noop(drop_path, call_unless_noop(scale, branch))
+    def add_residual(x: torch.Tensor, branch: torch.Tensor, *branch_modules: nn.Module) -> torch.Tensor:
+        """x + DropPath(LayerScale(branch)), the scale and drop path skipped when they are nn.Identity.
+
+        x, branch: (B, N, D). In inference the sum is written into the branch's fresh output instead of a new
+        tensor (the input x is left untouched: a caller may hold it).
+        """
+        *_, scale, drop_path = branch_modules
+        branch = call_unless_noop(drop_path, call_unless_noop(scale, branch))
+        if branch.dtype == x.dtype and may_overwrite(branch, *branch_modules):
+            return branch.add_(x)
+        return x + branch
 
     def forward_with_attn(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
