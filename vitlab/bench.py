@@ -33,7 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .engine.speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_compile
+from .engine.speed import (
+    autocast,
+    bf16_supported,
+    bf16_unsupported_reason,
+    freed_memory_kept,
+    keep_freed_memory,
+    maybe_compile,
+)
 from .models.registry import create_model, get_config
 
 LIBRARIES = ("vitlab", "timm", "hf")
@@ -59,6 +66,9 @@ class Settings:
     device: str = "cpu"
     peak_n: int = 2048  # side of the square torch.mm that measures the matmul peak
     libraries: tuple[str, ...] = LIBRARIES
+    # "keep": glibc keeps freed memory for reuse (engine/speed.keep_freed_memory, what `vitlab` commands run with);
+    # "default": glibc's own thresholds. Process-wide, so every library in the run gets the same.
+    malloc: str = "keep"
     notes: list[str] = field(default_factory=list)
 
 
@@ -277,7 +287,7 @@ def measure(workload: Workload, settings: Settings | None = None, progress: Call
         for row in rows:
             if not row["label"].endswith("+compile"):
                 row.update(peak_memory(row["library"], row["model"], workload.infer_batch, workload.train_batch,
-                                       device))
+                                       device, freed_memory_kept()))
     if not use_bf16:
         settings.notes.append(f"bf16 autocast not measured: {bf16_unsupported_reason(device)}")
     return {"rows": rows, "peak_gflops": peaks}
@@ -330,12 +340,13 @@ print(json.dumps(_memory_probe(*json.loads(sys.argv[1]))))
 """
 
 
-def peak_memory(library: str, name: str, infer_batch: int, train_batch: int, device: str = "cpu") -> dict:
+def peak_memory(library: str, name: str, infer_batch: int, train_batch: int, device: str = "cpu",
+                keep_freed: bool = False) -> dict:
     """Peak memory of inference and of training steps, measured in a fresh Python process that imports only
     this library, so the other libraries' models and allocations do not pollute it. MiB."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    args = json.dumps([library, name, infer_batch, train_batch, device, torch.get_num_threads()])
+    args = json.dumps([library, name, infer_batch, train_batch, device, torch.get_num_threads(), keep_freed])
     done = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, args], check=False, capture_output=True, text=True,
                           env=env, timeout=900)
     if done.returncode != 0:
@@ -343,9 +354,12 @@ def peak_memory(library: str, name: str, infer_batch: int, train_batch: int, dev
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _memory_probe(library: str, name: str, infer_batch: int, train_batch: int, device: str, threads: int) -> dict:
-    """Runs inside the fresh process of `peak_memory`, with the parent's number of threads."""
+def _memory_probe(library: str, name: str, infer_batch: int, train_batch: int, device: str, threads: int,
+                  keep_freed: bool = False) -> dict:
+    """Runs inside the fresh process of `peak_memory`, with the parent's number of threads and allocator."""
     torch.set_num_threads(threads)
+    if keep_freed:
+        keep_freed_memory()
     if library == "timm":
         import timm  # noqa: F401  (imports count towards the baseline, not the model)
     elif library == "hf":
@@ -550,6 +564,13 @@ def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str 
     """Everything the speed issue asks for, as one JSON-able dict; `report` turns it into markdown."""
     rows, peaks = [], []
     start = time.perf_counter()
+    if settings.malloc not in ("keep", "default"):
+        raise ValueError(f"malloc must be 'keep' or 'default', got {settings.malloc!r}")
+    if settings.malloc == "keep":
+        keep_freed_memory()
+    elif freed_memory_kept():
+        raise ValueError("malloc='default' asked for, but this process already keeps freed memory (it cannot be "
+                         "undone): run the benchmark in a fresh process")
     for workload in workloads:
         progress(f"measuring {workload.name} ({', '.join(c.label for c in contenders(workload, settings))})")
         result = measure(workload, settings, progress)
@@ -560,7 +581,8 @@ def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str 
         row.update(achieved_share(row, peak))
     out = {"machine": {**machine(settings.device), "matmul_peak_gflops": peak, "matmul_peak_samples": peaks},
            "settings": {"repeats": settings.repeats, "min_repeats": settings.min_repeats,
-                        "target_s": settings.target_s, "rounds": settings.rounds, "compile": settings.compile},
+                        "target_s": settings.target_s, "rounds": settings.rounds, "compile": settings.compile,
+                        "malloc": "keep" if freed_memory_kept() else "default"},
            "notes": list(dict.fromkeys(settings.notes)), "rows": rows}
     if scaling_model:
         progress(f"scaling {scaling_model} over {scaling_sizes}")
@@ -573,13 +595,19 @@ def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str 
     return out
 
 
+ALLOCATORS = {"keep": "glibc malloc keeping freed memory for reuse (engine/speed.keep_freed_memory, as `vitlab` "
+                      "commands run)",
+              "default": "glibc malloc with its default thresholds"}
+
+
 def report(result: dict) -> str:
     m = result["machine"]
     where = m.get("gpu") or f"{m['cpu']}, {m['cpus']} cores ({m['cpu_capability']})"
     head = (f"Machine: {where}, torch {m['torch']}, timm {m.get('timm', '—')}, transformers "
             f"{m.get('transformers', '—')}; {m['threads']} threads; measured fp32 torch.mm peak "
             f"{m['matmul_peak_gflops']:.0f} GFLOP/s. {result['settings']['rounds']} interleaved rounds; value = median "
-            f"over rounds, spread = max/min − 1 over rounds, ratio = median of per-round ratios (range).")
+            f"over rounds, spread = max/min − 1 over rounds, ratio = median of per-round ratios (range). "
+            f"Allocator: {ALLOCATORS[result['settings'].get('malloc', 'default')]}, the same for every library.")
     parts = [head, "", speed_table(result["rows"]), "", cost_table(result["rows"])]
     if result.get("scaling"):
         parts += ["", scaling_table(result["scaling"])]
