@@ -42,15 +42,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-attention-paths", dest="attention", action="store_false",
                         help="skip timing the attention core fused against explicit per shape")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--malloc", choices=("keep", "default"), default="keep",
-                        help="glibc keeping freed memory (as vitlab commands run) or its defaults; same for all")
+    parser.add_argument("--cpu-settings", choices=("vitlab", "default"), default="vitlab",
+                        help="vitlab: the process settings vitlab commands run with (glibc keeps freed memory, "
+                             "denormals flush to zero); default: glibc's and IEEE's (the same for every library)")
     parser.add_argument("--tag", default="speed", help="name of the result files (default: speed)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the result files")
     args = parser.parse_args(argv)
     known = {w.name: w for w in (QUICK if args.quick else DEFAULT)}
     workloads = [known.get(m, Workload(m)) for m in args.models] if args.models else (QUICK if args.quick else DEFAULT)
     settings = Settings(repeats=args.repeats, target_s=args.target_s, rounds=args.rounds, compile=args.compile,
-                        memory=args.memory, device=args.device, malloc=args.malloc)
+                        memory=args.memory, device=args.device, cpu_settings=args.cpu_settings)
     sizes = (224, 384, 512)
     if args.quick:
         settings.repeats, settings.min_repeats, settings.target_s, settings.rounds = 1, 1, 0.0, 1

@@ -37,9 +37,10 @@ from .engine.speed import (
     autocast,
     bf16_supported,
     bf16_unsupported_reason,
+    flush_denormals,
     freed_memory_kept,
-    keep_freed_memory,
     maybe_compile,
+    tune_process,
 )
 from .models.registry import create_model, get_config
 
@@ -66,9 +67,9 @@ class Settings:
     device: str = "cpu"
     peak_n: int = 2048  # side of the square torch.mm that measures the matmul peak
     libraries: tuple[str, ...] = LIBRARIES
-    # "keep": glibc keeps freed memory for reuse (engine/speed.keep_freed_memory, what `vitlab` commands run with);
-    # "default": glibc's own thresholds. Process-wide, so every library in the run gets the same.
-    malloc: str = "keep"
+    # "vitlab": the process settings `vitlab` commands run with (engine/speed.tune_process: glibc keeps freed memory,
+    # denormals flush to zero); "default": glibc's and IEEE's. Process-wide, so every library in the run gets the same.
+    cpu_settings: str = "vitlab"
     notes: list[str] = field(default_factory=list)
 
 
@@ -287,7 +288,7 @@ def measure(workload: Workload, settings: Settings | None = None, progress: Call
         for row in rows:
             if not row["label"].endswith("+compile"):
                 row.update(peak_memory(row["library"], row["model"], workload.infer_batch, workload.train_batch,
-                                       device, freed_memory_kept()))
+                                       device, settings.cpu_settings == "vitlab"))
     if not use_bf16:
         settings.notes.append(f"bf16 autocast not measured: {bf16_unsupported_reason(device)}")
     return {"rows": rows, "peak_gflops": peaks}
@@ -341,12 +342,12 @@ print(json.dumps(_memory_probe(*json.loads(sys.argv[1]))))
 
 
 def peak_memory(library: str, name: str, infer_batch: int, train_batch: int, device: str = "cpu",
-                keep_freed: bool = False) -> dict:
+                tuned: bool = False) -> dict:
     """Peak memory of inference and of training steps, measured in a fresh Python process that imports only
     this library, so the other libraries' models and allocations do not pollute it. MiB."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    args = json.dumps([library, name, infer_batch, train_batch, device, torch.get_num_threads(), keep_freed])
+    args = json.dumps([library, name, infer_batch, train_batch, device, torch.get_num_threads(), tuned])
     done = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, args], check=False, capture_output=True, text=True,
                           env=env, timeout=900)
     if done.returncode != 0:
@@ -355,11 +356,11 @@ def peak_memory(library: str, name: str, infer_batch: int, train_batch: int, dev
 
 
 def _memory_probe(library: str, name: str, infer_batch: int, train_batch: int, device: str, threads: int,
-                  keep_freed: bool = False) -> dict:
-    """Runs inside the fresh process of `peak_memory`, with the parent's number of threads and allocator."""
+                  tuned: bool = False) -> dict:
+    """Runs inside the fresh process of `peak_memory`, with the parent's number of threads and process settings."""
     torch.set_num_threads(threads)
-    if keep_freed:
-        keep_freed_memory()
+    if tuned:
+        tune_process()
     if library == "timm":
         import timm  # noqa: F401  (imports count towards the baseline, not the model)
     elif library == "hf":
@@ -564,13 +565,15 @@ def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str 
     """Everything the speed issue asks for, as one JSON-able dict; `report` turns it into markdown."""
     rows, peaks = [], []
     start = time.perf_counter()
-    if settings.malloc not in ("keep", "default"):
-        raise ValueError(f"malloc must be 'keep' or 'default', got {settings.malloc!r}")
-    if settings.malloc == "keep":
-        keep_freed_memory()
+    if settings.cpu_settings not in CPU_SETTINGS:
+        raise ValueError(f"cpu_settings must be one of {', '.join(CPU_SETTINGS)}, got {settings.cpu_settings!r}")
+    if settings.cpu_settings == "vitlab":
+        tune_process()
     elif freed_memory_kept():
-        raise ValueError("malloc='default' asked for, but this process already keeps freed memory (it cannot be "
-                         "undone): run the benchmark in a fresh process")
+        raise ValueError("cpu_settings='default' asked for, but this process already keeps freed memory (it cannot "
+                         "be undone): run the benchmark in a fresh process")
+    else:
+        flush_denormals(False)
     for workload in workloads:
         progress(f"measuring {workload.name} ({', '.join(c.label for c in contenders(workload, settings))})")
         result = measure(workload, settings, progress)
@@ -582,7 +585,7 @@ def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str 
     out = {"machine": {**machine(settings.device), "matmul_peak_gflops": peak, "matmul_peak_samples": peaks},
            "settings": {"repeats": settings.repeats, "min_repeats": settings.min_repeats,
                         "target_s": settings.target_s, "rounds": settings.rounds, "compile": settings.compile,
-                        "malloc": "keep" if freed_memory_kept() else "default"},
+                        "cpu_settings": settings.cpu_settings},
            "notes": list(dict.fromkeys(settings.notes)), "rows": rows}
     if scaling_model:
         progress(f"scaling {scaling_model} over {scaling_sizes}")
@@ -595,9 +598,9 @@ def run_speed(workloads: list[Workload], settings: Settings, scaling_model: str 
     return out
 
 
-ALLOCATORS = {"keep": "glibc malloc keeping freed memory for reuse (engine/speed.keep_freed_memory, as `vitlab` "
-                      "commands run)",
-              "default": "glibc malloc with its default thresholds"}
+CPU_SETTINGS = {"vitlab": "vitlab's (glibc keeps freed memory, denormals flush to zero: engine/speed.tune_process, "
+                          "as `vitlab` commands run)",
+                "default": "the defaults (glibc's malloc thresholds, IEEE gradual underflow)"}
 
 
 def report(result: dict) -> str:
@@ -607,7 +610,8 @@ def report(result: dict) -> str:
             f"{m.get('transformers', '—')}; {m['threads']} threads; measured fp32 torch.mm peak "
             f"{m['matmul_peak_gflops']:.0f} GFLOP/s. {result['settings']['rounds']} interleaved rounds; value = median "
             f"over rounds, spread = max/min − 1 over rounds, ratio = median of per-round ratios (range). "
-            f"Allocator: {ALLOCATORS[result['settings'].get('malloc', 'default')]}, the same for every library.")
+            f"CPU process settings: {CPU_SETTINGS[result['settings'].get('cpu_settings', 'default')]}, the same for "
+            f"every library.")
     parts = [head, "", speed_table(result["rows"]), "", cost_table(result["rows"])]
     if result.get("scaling"):
         parts += ["", scaling_table(result["scaling"])]

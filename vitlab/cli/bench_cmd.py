@@ -23,9 +23,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the per-library memory runs")
     p.add_argument("--scaling", action="store_true", help="also time the first model at 224, 384 and 512 pixels")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    p.add_argument("--malloc", choices=("keep", "default"), default="keep",
-                   help="keep: glibc keeps freed memory for reuse, as the other vitlab commands run; default: glibc's "
-                        "own thresholds (either way the same for every library; default: keep)")
+    p.add_argument("--cpu-settings", choices=("vitlab", "default"), default="vitlab",
+                   help="vitlab: the process settings vitlab commands run with (glibc keeps freed memory, "
+                        "denormals flush to zero); default: glibc's and IEEE's (the same for every library)")
     p.add_argument("--json", type=Path, help="also write the results to this JSON file")
     p.set_defaults(run=run)
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     workloads = [Workload(name, args.batch, args.train_batch or args.batch) for name in args.models]
     settings = Settings(repeats=args.repeats, rounds=args.rounds, compile=args.compile, memory=args.memory,
-                        device=args.device, malloc=args.malloc)
+                        device=args.device, cpu_settings=args.cpu_settings)
     result = run_speed(workloads, settings, args.models[0] if args.scaling else None)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -41,10 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from ..data.download import DownloadError
-    from ..engine.speed import keep_freed_memory
+    from ..engine.speed import tune_process
 
-    if args.command != "bench":  # the benchmark sets the allocator itself (--malloc), the same for every library
-        keep_freed_memory()
+    if args.command != "bench":  # the benchmark sets these itself (--cpu-settings), the same for every library
+        tune_process()
     try:
         return int(args.run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, DownloadError, ArithmeticError) as error:

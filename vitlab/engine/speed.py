@@ -1,5 +1,6 @@
 """Speed switches shared by training, evaluation and the benchmark: bf16 detection, autocast, torch.compile, and
-how the C allocator treats freed memory.
+two process-wide CPU settings that `vitlab` commands turn on (`tune_process`): glibc keeping freed memory, and
+flushing denormal floats to zero.
 
 bf16 autocast is only worth it where the hardware multiplies bf16 natively: CUDA GPUs of compute capability 8.0
 or later, and CPUs with AVX512-BF16 or AMX. Elsewhere PyTorch emulates it, and on an AVX2 CPU a bf16 matmul was
@@ -84,7 +85,7 @@ def keep_freed_memory() -> bool:
     the top of the heap beyond a threshold. A ViT's activations are exactly such tensors, freed and requested
     again at every step, so each one is paid for in page faults and zeroed pages: a 77 MB tensor (ViT-B's MLP at
     batch 32) took 28 ms to allocate and fill with the defaults and 2.6 ms with this, and whole models ran up to
-    ~30 % faster (benchmarks/allocator.py). The price: the process keeps its peak heap mapped until it exits.
+    ~15 % faster (benchmarks/process_settings.py). The price: the process keeps its peak heap mapped until it exits.
     Process-wide, so it speeds up every library in the process; `vitlab` commands call it at start.
     """
     if os.environ.get(KEEP_FREED_MEMORY_ENV, "").lower() == "default" or not sys.platform.startswith("linux"):
@@ -108,5 +109,28 @@ def freed_memory_kept() -> bool:
     return _allocator["kept"]
 
 
-__all__ = ["KEEP_FREED_MEMORY_ENV", "autocast", "bf16_supported", "bf16_unsupported_reason", "check_bf16",
-           "freed_memory_kept", "keep_freed_memory", "maybe_compile"]
+FLUSH_DENORMALS_ENV = "VITLAB_DENORMALS"  # "keep" leaves IEEE gradual underflow on
+
+
+def flush_denormals(enabled: bool = True) -> bool:
+    """Flush denormal floats (|x| < 1.2e-38 in fp32) to zero on the CPU, as TensorFlow does by default. Returns
+    whether flushing is now on.
+
+    Training produces them (GELU's backward far in its tails, softmax of very negative scores, AdamW's second
+    moments of tiny gradients), and arithmetic on them can be many times slower: on the 2-core AMD machine here
+    flushing made vit_mini training ~8-10 % faster (benchmarks/process_settings.py). The values lost are below
+    anything fp32 training can feel. Process-wide; `enabled=False` restores gradual underflow.
+    """
+    if enabled and os.environ.get(FLUSH_DENORMALS_ENV, "").lower() == "keep":
+        enabled = False
+    return torch.set_flush_denormal(enabled) and enabled
+
+
+def tune_process() -> dict[str, bool]:
+    """The process settings `vitlab` commands run with: `keep_freed_memory()` and `flush_denormals()`. Returns
+    which applied. Environment switches: VITLAB_MALLOC=default, VITLAB_DENORMALS=keep."""
+    return {"keep_freed_memory": keep_freed_memory(), "flush_denormals": flush_denormals()}
+
+
+__all__ = ["FLUSH_DENORMALS_ENV", "KEEP_FREED_MEMORY_ENV", "autocast", "bf16_supported", "bf16_unsupported_reason",
+           "check_bf16", "flush_denormals", "freed_memory_kept", "keep_freed_memory", "maybe_compile", "tune_process"]

@@ -1,12 +1,12 @@
-"""What glibc's handling of freed memory costs a ViT, per library: each library alone in a fresh process, run once
-with glibc's default malloc thresholds and once with `vitlab.engine.speed.keep_freed_memory()` (what `vitlab`
-commands run with).
+"""What two process-wide CPU settings are worth to a ViT, per library: each library alone in a fresh process, run
+once with the defaults (glibc's malloc thresholds, IEEE gradual underflow) and once with the settings `vitlab`
+commands run with (`vitlab.engine.speed.tune_process()`: glibc keeps freed memory, denormals flush to zero).
 
-    python benchmarks/allocator.py               # 3 libraries × 2 allocators × 2 rounds of fresh processes (~6 min)
-    python benchmarks/allocator.py --quick       # one small model, one round (a smoke run)
+    python benchmarks/process_settings.py           # 3 libraries × 2 settings × 2 rounds of fresh processes (~7 min)
+    python benchmarks/process_settings.py --quick   # one small model, one round (a smoke run)
 
-Why this is measured apart from benchmarks/speed.py: the allocator is process-wide, so the interleaved speed
-benchmark gives every library the same one; here each library runs as its users would run it, alone. Writes
+Why this is measured apart from benchmarks/speed.py: the settings are process-wide, so the interleaved speed
+benchmark gives every library the same; here each library runs as its users would run it, alone. Writes
 benchmarks/results/<tag>.json and <tag>.md and prints the markdown. One benchmark at a time on the 2-core machine.
 """
 
@@ -28,16 +28,17 @@ DEFAULT = [("vit_tiny_patch16_224", "infer", 32), ("vit_tiny_patch16_224", "trai
            ("vit_small_patch16_224", "infer", 32),
            ("vit_mini_patch7_28", "infer", 256), ("vit_mini_patch7_28", "train", 128)]
 QUICK = [("vit_mini_patch7_28", "infer", 64), ("vit_mini_patch7_28", "train", 32)]
-MODES = ("default", "keep")
+MODES = ("default", "vitlab")
 
 
-def probe(library: str, allocator: str, workloads: list, target_s: float) -> dict:
+def probe(library: str, mode: str, workloads: list, target_s: float) -> dict:
     """Runs in the fresh process: images/s of each workload (median of timed calls after a warm-up call)."""
-    if allocator == "keep":
-        from vitlab.engine.speed import keep_freed_memory
+    if mode == "vitlab":
+        from vitlab.engine.speed import tune_process
 
-        if not keep_freed_memory():
-            raise SystemExit("keep_freed_memory() did not apply here (not glibc, or VITLAB_MALLOC=default)")
+        applied = tune_process()
+        if not all(applied.values()):
+            raise SystemExit(f"tune_process() did not fully apply here: {applied}")
     import torch
 
     from vitlab.bench import build, image_shape, timed, train_step
@@ -73,48 +74,50 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of fresh processes (default: 2)")
     parser.add_argument("--target-s", type=float, default=4.0, help="timed seconds per workload (default: 4)")
     parser.add_argument("--libraries", nargs="+", default=["vitlab", "timm", "hf"])
-    parser.add_argument("--tag", default="allocator")
+    parser.add_argument("--tag", default="process_settings")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # internal: run one fresh-process measurement
     args = parser.parse_args(argv)
     workloads = QUICK if args.quick else DEFAULT
     if args.probe:
-        library, allocator = args.probe.split(":")
-        print(json.dumps(probe(library, allocator, workloads, 0.0 if args.quick else args.target_s)))
+        library, mode = args.probe.split(":")
+        print(json.dumps(probe(library, mode, workloads, 0.0 if args.quick else args.target_s)))
         return {}
     rounds = 1 if args.quick else args.rounds
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("VITLAB_MALLOC", None)
+    env.pop("VITLAB_DENORMALS", None)
     samples: dict[tuple[str, str], list[dict]] = {}
     start = time.perf_counter()
     for r in range(rounds):
         for library in args.libraries:
-            # alternate which allocator goes first, so drift of the machine does not favour one
-            for allocator in (MODES if r % 2 == 0 else MODES[::-1]):
-                cmd = [sys.executable, __file__, "--probe", f"{library}:{allocator}", "--target-s", str(args.target_s),
+            # alternate which setting goes first, so drift of the machine does not favour one
+            for mode in (MODES if r % 2 == 0 else MODES[::-1]):
+                cmd = [sys.executable, __file__, "--probe", f"{library}:{mode}", "--target-s", str(args.target_s),
                        *(["--quick"] if args.quick else [])]
                 done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
                 if done.returncode != 0:
-                    raise SystemExit(f"{library} with the {allocator} allocator failed:\n{done.stderr[-2000:]}")
-                samples.setdefault((library, allocator), []).append(json.loads(done.stdout.strip().splitlines()[-1]))
-                print(f"round {r + 1}/{rounds}: {library}, {allocator} allocator done", flush=True)
+                    raise SystemExit(f"{library} with the {mode} settings failed:\n{done.stderr[-2000:]}")
+                samples.setdefault((library, mode), []).append(json.loads(done.stdout.strip().splitlines()[-1]))
+                print(f"round {r + 1}/{rounds}: {library}, {mode} settings done", flush=True)
     keys = [f"{name} {mode} b{batch}" for name, mode, batch in workloads]
-    median = {(lib, alloc, key): statistics.median(s[key] for s in runs)
-              for (lib, alloc), runs in samples.items() for key in keys}
-    lines = ["| workload | library | default img/s | keep img/s | keep / default |", "| --- | --- | --- | --- | --- |"]
+    median = {(lib, mode, key): statistics.median(s[key] for s in runs)
+              for (lib, mode), runs in samples.items() for key in keys}
+    lines = ["| workload | library | defaults img/s | vitlab's settings img/s | vitlab's settings / defaults |",
+             "| --- | --- | --- | --- | --- |"]
     for key in keys:
         for lib in args.libraries:
-            d, k = median[(lib, "default", key)], median[(lib, "keep", key)]
+            d, k = median[(lib, "default", key)], median[(lib, "vitlab", key)]
             lines.append(f"| {key} | {lib} | {d:.1f} | {k:.1f} | {k / d:.2f} |")
     others = [lib for lib in args.libraries if lib != "vitlab"]
     if "vitlab" in args.libraries and others:
-        lines += ["", "What each library's users get by default: vitlab's commands keep freed memory, the others "
-                      "run with glibc's defaults.", "",
-                  "| workload | " + " | ".join(f"vitlab (keep) / {lib} (default)" for lib in others) + " |",
+        lines += ["", "What each library's users get out of the box: vitlab's commands run with its settings, the "
+                      "others with the defaults.", "",
+                  "| workload | " + " | ".join(f"vitlab (its settings) / {lib} (defaults)" for lib in others) + " |",
                   "| --- | " + " | ".join("---" for _ in others) + " |"]
         for key in keys:
             lines.append(f"| {key} | " + " | ".join(
-                f"{median[('vitlab', 'keep', key)] / median[(lib, 'default', key)]:.2f}" for lib in others) + " |")
+                f"{median[('vitlab', 'vitlab', key)] / median[(lib, 'default', key)]:.2f}" for lib in others) + " |")
     from vitlab.bench import machine
 
     m = machine()
@@ -124,8 +127,8 @@ def main(argv: list[str] | None = None) -> dict:
             "of timed calls after a warm-up call.")
     text = "\n".join([head, "", *lines]) + "\n"
     result = {"machine": m, "rounds": rounds, "workloads": keys, "seconds": time.perf_counter() - start,
-              "samples": {f"{lib}:{alloc}": runs for (lib, alloc), runs in samples.items()},
-              "median": {f"{lib}:{alloc}:{key}": v for (lib, alloc, key), v in median.items()}}
+              "samples": {f"{lib}:{mode}": runs for (lib, mode), runs in samples.items()},
+              "median": {f"{lib}:{mode}:{key}": v for (lib, mode, key), v in median.items()}}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.tag}.json").write_text(json.dumps(result, indent=2))
     (args.out / f"{args.tag}.md").write_text(text)
