@@ -188,3 +188,27 @@ def test_flush_denormals_turns_underflow_to_zero_and_back(monkeypatch):
         assert tune_process() == {"keep_freed_memory": False, "flush_denormals": False}
     finally:
         torch.set_flush_denormal(False)
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_inplace_inference_benchmark_runs_both_process_settings(tmp_path):
+    rows = _load_script("inplace_inference").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    assert [r["cpu_settings"] for r in rows] == ["default", "vitlab"]
+    assert all(r["in place / out of place"] > 0 and r["timm img/s"] > 0 for r in rows)
+    assert "| in place / out of place |" in (tmp_path / "t.md").read_text()
+
+
+@pytest.mark.slow
+def test_process_settings_benchmark_times_each_library_alone_under_both(tmp_path):
+    result = _load_script("process_settings").main(["--quick", "--libraries", "vitlab", "timm", "--out",
+                                                    str(tmp_path), "--tag", "t"])
+    assert set(result["samples"]) == {"vitlab:default", "vitlab:vitlab", "timm:default", "timm:vitlab"}
+    assert all(v > 0 for v in result["median"].values())
+    assert "vitlab (its settings) / timm (defaults)" in (tmp_path / "t.md").read_text()

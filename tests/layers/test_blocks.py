@@ -3,9 +3,11 @@ from functools import partial
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vitlab.layers.blocks import EncoderBlock, PostNormEncoderBlock
 from vitlab.layers.drop import DropPath
+from vitlab.layers.mlp import IN_PLACE_MIN_ELEMENTS
 
 
 def test_encoder_block_is_the_pre_norm_formula():
@@ -104,14 +106,27 @@ def test_decoder_block_matches_torch_transformer_decoder_layer(pre_norm):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+class _OpLog(TorchDispatchMode):
+    """Records the aten ops a forward pass runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("init_values", [None, 0.5])
 def test_inference_writes_in_place_only_into_its_own_fresh_outputs(init_values):
-    """Under inference_mode the block writes GELU and the residual sums into buffers it just made: the result is
-    bit-identical to the out-of-place formula, its input is left as it was, and a hook that keeps an output sees
-    the value it was given."""
+    """Under inference_mode the block writes GELU and the residual sums into buffers it just made (for tensors of
+    at least IN_PLACE_MIN_ELEMENTS): the result is bit-identical to the out-of-place formula, its input is left as
+    it was, and a hook that keeps an output sees the value it was given."""
     torch.manual_seed(0)
-    block = EncoderBlock(32, 4, init_values=init_values).eval()
-    x = torch.randn(2, 6, 32)
+    block = EncoderBlock(64, 4, init_values=init_values).eval()
+    x = torch.randn(8, 512, 64)  # (B, N, D): 2^18 elements, as large as IN_PLACE_MIN_ELEMENTS
+    assert x.numel() >= IN_PLACE_MIN_ELEMENTS
     x_before = x.clone()
 
     def out_of_place(x):  # the same sub-modules, every step into a new tensor
@@ -123,10 +138,15 @@ def test_inference_writes_in_place_only_into_its_own_fresh_outputs(init_values):
 
     with torch.no_grad():
         expected = out_of_place(x)
-    with torch.inference_mode():
+    log = _OpLog()
+    with torch.inference_mode(), log:
         got = block(x)
+    assert {"gelu_", "add_"} <= log.ops  # it did write in place
     assert torch.equal(got, expected)
     assert torch.equal(x, x_before)
+    with torch.inference_mode(), _OpLog() as small:
+        block(x[:1, :8])  # a small input: new tensors are cheap, nothing is overwritten
+    assert "gelu_" not in small.ops and "add_" not in small.ops
 
     with torch.inference_mode():  # what the hooks below must be given, computed before they exist
         attn_out = block.attn(block.norm1(x))
