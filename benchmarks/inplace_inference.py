@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if done.returncode != 0:
             raise SystemExit(f"the {cpu_settings} run failed:\n{done.stderr[-2000:]}")
         rows += json.loads(done.stdout.strip().splitlines()[-1])
-    from vitlab.bench import CPU_SETTINGS, machine
+    from vitlab.bench import CPU_SETTINGS, machine, write_results
 
     m = machine()
     lines = [f"Machine: {m['cpu']}, {m['cpus']} cores ({m['cpu_capability']}), torch {m['torch']}, timm "
@@ -113,10 +113,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      f"{r['out of place img/s']:.1f} | {r['timm img/s']:.1f} | {ratios[0]} | {ratios[1]} |")
     lines += [""] + [f"- {key}: {text}" for key, text in CPU_SETTINGS.items()]
     text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.tag}.json").write_text(json.dumps({"machine": m, "rows": rows}, indent=2))
-    (args.out / f"{args.tag}.md").write_text(text)
-    print(text)
+    write_results(args.out, args.tag, {"machine": m, "rows": rows}, text)
     return rows
 
 

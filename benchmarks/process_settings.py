@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
         for key in keys:
             lines.append(f"| {key} | " + " | ".join(
                 f"{median[('vitlab', 'vitlab', key)] / median[(lib, 'default', key)]:.2f}" for lib in others) + " |")
-    from vitlab.bench import machine
+    from vitlab.bench import machine, write_results
 
     m = machine()
     head = (f"Machine: {m['cpu']}, {m['cpus']} cores ({m['cpu_capability']}), torch {m['torch']}, timm "
@@ -129,10 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"machine": m, "rounds": rounds, "workloads": keys, "seconds": time.perf_counter() - start,
               "samples": {f"{lib}:{mode}": runs for (lib, mode), runs in samples.items()},
               "median": {f"{lib}:{mode}:{key}": v for (lib, mode, key), v in median.items()}}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.tag}.json").write_text(json.dumps(result, indent=2))
-    (args.out / f"{args.tag}.md").write_text(text)
-    print(text)
+    write_results(args.out, args.tag, result, text)
     return result
 
 

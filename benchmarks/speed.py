@@ -12,10 +12,9 @@ vitlab/timm and vitlab/HF are what matters: absolute numbers move on a shared ma
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from vitlab.bench import Settings, Workload, report, run_speed
+from vitlab.bench import Settings, Workload, report, run_speed, write_results
 
 RESULTS = Path(__file__).parent / "results"
 # batch 32 for inference everywhere; training at a batch that is realistic for the model on a CPU
@@ -61,11 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.scaling_model = "vit_tiny_patch4_28"
     result = run_speed(workloads, settings, args.scaling_model if args.scaling else None, sizes,
                        attention=args.attention)
-    text = report(result)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.tag}.json").write_text(json.dumps(result, indent=2))
-    (args.out / f"{args.tag}.md").write_text(text)
-    print(text)
+    write_results(args.out, args.tag, result, report(result))
     return result
 
 

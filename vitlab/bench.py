@@ -603,6 +603,14 @@ CPU_SETTINGS = {"vitlab": "vitlab's (glibc keeps freed memory, denormals flush t
                 "default": "the defaults (glibc's malloc thresholds, IEEE gradual underflow)"}
 
 
+def write_results(folder: Path, tag: str, result: dict | list, markdown: str) -> None:
+    """A benchmark's results as <folder>/<tag>.json and <tag>.md, and the markdown on stdout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{tag}.json").write_text(json.dumps(result, indent=2))
+    (folder / f"{tag}.md").write_text(markdown)
+    print(markdown)
+
+
 def report(result: dict) -> str:
     m = result["machine"]
     where = m.get("gpu") or f"{m['cpu']}, {m['cpus']} cores ({m['cpu_capability']})"
