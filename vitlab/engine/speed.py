@@ -117,9 +117,11 @@ def flush_denormals(enabled: bool = True) -> bool:
     whether flushing is now on.
 
     Training produces them (GELU's backward far in its tails, softmax of very negative scores, AdamW's second
-    moments of tiny gradients), and arithmetic on them can be many times slower: on the 2-core AMD machine here
-    flushing made vit_mini training ~8-10 % faster (benchmarks/process_settings.py). The values lost are below
-    anything fp32 training can feel. Process-wide; `enabled=False` restores gradual underflow.
+    moments of tiny gradients), and arithmetic on them can be slower on some CPUs. On the 2-core AMD machine here
+    the gain was not shown: one same-process A/B of vit_mini training suggested ~8 %, the fresh-process runs of
+    benchmarks/process_settings.py moved within their noise, and 2 epochs of the default recipe took the same time
+    with and without it. The values lost are below anything fp32 training can feel. Process-wide; `enabled=False`
+    restores gradual underflow.
     """
     if enabled and os.environ.get(FLUSH_DENORMALS_ENV, "").lower() == "keep":
         enabled = False
