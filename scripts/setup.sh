@@ -16,6 +16,48 @@ if [ ! -x .venv/bin/python ]; then
     echo "== creating .venv with $($PYTHON --version)"
     $PYTHON -m venv .venv
 fi
+
+free_gib() { df -Pk "$1" | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
+disk_report() { echo "   free disk: $(free_gib .) GiB here ($(pwd)), $(free_gib "${TMPDIR:-/tmp}") GiB in ${TMPDIR:-/tmp}" >&2; }
+# torch's CUDA build, the one pip takes with torchvision on x86_64, is ~5.5 GB installed and is unpacked through
+# TMPDIR first; a full disk stops pip half way, with torch installed and torchvision not.
+NEEDED_GIB=8
+if ! .venv/bin/python -c "import torch, torchvision" 2>/dev/null && [ "$(free_gib .)" -lt "$NEEDED_GIB" ]; then
+    echo "!! only $(free_gib .) GiB free in $(pwd); installing torch and torchvision needs about $NEEDED_GIB GiB." >&2
+    echo "   pip will probably fail; free some space (old clones, ~/.cache/pip, /tmp) and run this again." >&2
+fi
+
 echo "== installing vitlab and its dependencies into .venv"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import vitlab, torch; print(f'vitlab {vitlab.__version__}, torch {torch.__version__}')"
+LOG=.venv/pip-install.log
+if ! .venv/bin/python -m pip install --disable-pip-version-check -e ".[test]" >"$LOG" 2>&1; then
+    echo "!! pip install failed; the end of its log ($LOG):" >&2
+    tail -n 25 "$LOG" >&2
+    disk_report
+    exit 1
+fi
+
+# Every module the package and its tests import, so that a half-finished install fails here, in one line,
+# and not as a wall of collection errors in pytest.
+if ! .venv/bin/python - <<'PY'
+import importlib
+import sys
+
+missing = []
+for name in ["torch", "torchvision", "numpy", "PIL", "safetensors", "tqdm", "matplotlib",
+             "pytest", "timm", "transformers", "onnx", "onnxscript", "onnxruntime", "vitlab"]:
+    try:
+        importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001 - report every broken module, whatever it raised
+        missing.append(f"{name} ({type(error).__name__}: {error})")
+if missing:
+    sys.exit("!! installed, but these do not import: " + "; ".join(missing))
+import torch
+import vitlab
+
+print(f"vitlab {vitlab.__version__}, torch {torch.__version__}")
+PY
+then
+    echo "   pip's log is in $LOG; run 'bash scripts/setup.sh' again once the cause is fixed." >&2
+    disk_report
+    exit 1
+fi
