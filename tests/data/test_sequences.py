@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from vitlab.data.sequences import BOS, EOS, PAD, SequenceTask, collate, make_test_set, sample_batch
+from vitlab.data.sequences import BOS, EOS, PAD, TASKS, SequenceTask, collate, make_test_set, sample_batch
 
 
 def as_text(task, ids):
@@ -45,6 +45,32 @@ def test_held_out_splits():
     assert {len(src) for src, _ in longer} <= {7, 8}
     with pytest.raises(ValueError, match="unseen, longer"):
         make_test_set(task, 5, "shorter", seed=0)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_unseen_split_leaves_every_length_mostly_to_training(name):
+    # The sources of each length, found by drawing until no new one appears, not from a formula.
+    task = SequenceTask(name, num_symbols=3, min_len=1, max_len=4 if name != "add" else 2)
+    rng = random.Random(0)
+    sources: dict[int, set] = {}
+    for length in range(task.min_len, task.max_len + 1):
+        sources[length] = {tuple(task.sample(rng, length)[0]) for _ in range(20_000)}
+        assert task.num_sources(length) == len(sources[length])
+
+    unseen = make_test_set(task, 200, "unseen", seed=0)
+    held_out = {tuple(src) for src, _ in unseen}
+    for length, all_of_length in sources.items():
+        assert len(all_of_length & held_out) <= 0.1 * len(all_of_length), length
+    # so training draws every length, the shortest included (it used to hold out all 10 one-symbol copies)
+    trained = {tuple(src) for src, _ in sample_batch(task, 5000, random.Random(1), held_out)}
+    for length, all_of_length in sources.items():
+        assert all_of_length & trained, length
+
+
+def test_unseen_split_of_a_tiny_task_is_refused():
+    with pytest.raises(ValueError, match="too few sources"):
+        make_test_set(SequenceTask("copy", num_symbols=2, max_len=3), 10, "unseen", seed=0)
+    assert make_test_set(SequenceTask("copy", num_symbols=2, max_len=3), 10, "longer", seed=0)
 
 
 def test_collate_pads_and_shifts_the_target():

@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from vitlab.data.sequences import make_test_set
 from vitlab.engine.optim import inverse_sqrt, inverse_sqrt_scale
 from vitlab.engine.seq2seq import (
     Seq2SeqTrainOptions,
@@ -129,3 +130,14 @@ def test_default_reverse_recipe_reaches_99_percent_and_translates(tmp_path):
     with redirect_stdout(out):
         assert main(["translate", str(tmp_path / "reverse"), "2 7 1 8 2 8 1 8 2", "--beam-size", "4"]) == 0
     assert out.getvalue().strip().splitlines()[-1] == "2 8 1 8 2 8 1 7 2"
+
+    # The per-length record against the same model run one source at a time and the task's own answer.
+    model, task = load_seq2seq_run(tmp_path / "reverse")
+    options = Seq2SeqTrainOptions()
+    right: dict[str, list[bool]] = {}
+    for source, _ in make_test_set(task, options.test_size, options.test_split, options.seed):
+        text = task.vocab.decode(source)
+        right.setdefault(str(len(source)), []).append(translate(model, task, " ".join(text)) == task.solve(text))
+    assert result["test_exact_acc_by_len"] == {length: round(sum(r) / len(r), 4) for length, r in sorted(
+        right.items(), key=lambda item: int(item[0]))}
+    assert set(result["test_exact_acc_by_len"]) == {str(n) for n in range(1, 11)}  # every length is tested

@@ -8,7 +8,10 @@ Each example is a source and a target sequence of symbols. Symbols are the digit
 The decoder reads `<bos> y1 … yT` and is trained to predict `y1 … yT <eos>` (teacher forcing).
 
 Held-out test split: "unseen" draws test sequences from the training distribution and never trains on them;
-"longer" tests on sources longer than any seen in training (length generalisation).
+"longer" tests on sources longer than any seen in training (length generalisation). "unseen" takes at most
+`MAX_HELD_OUT_SHARE` of the sources of any one length, so every length keeps most of its sources for training
+(with 10 symbols there are only 10 sources of length 1; holding all of them out would test a length that training
+never saw, not unseen sources of a seen length).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ TASKS = ("reverse", "copy", "sort", "add")
 TEST_SPLITS = ("unseen", "longer")
 # source lengths (for add: digits per operand) when the user gives none
 DEFAULT_LENGTHS = {"reverse": (1, 10), "copy": (1, 10), "sort": (1, 10), "add": (1, 5)}
+# the most of one source length's sources that the "unseen" split may hold out of training
+MAX_HELD_OUT_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,13 @@ class SequenceTask:
         target = {"reverse": ids[::-1], "copy": ids, "sort": sorted(ids)}[self.name]
         return self.vocab.decode([t + len(SPECIALS) for t in target])
 
+    def num_sources(self, length: int) -> int:
+        """How many distinct sources `sample(rng, length)` can draw (for add: with `length`-digit operands)."""
+        n = self.num_symbols
+        if self.name == "add":
+            return (n ** length - (n ** (length - 1) if length > 1 else 0)) ** 2
+        return n ** length
+
     def _number(self, rng: random.Random, digits: int) -> int:
         low = self.num_symbols ** (digits - 1) if digits > 1 else 0
         return rng.randrange(low, self.num_symbols ** digits)
@@ -134,20 +146,34 @@ class SequenceTask:
 
 def make_test_set(task: SequenceTask, size: int, split: str, seed: int,
                   longer_by: int = 4) -> list[tuple[list[int], list[int]]]:
-    """`size` distinct held-out pairs. "unseen": the training distribution (training skips these sources);
-    "longer": lengths max_len+1 … max_len+longer_by, which training never draws."""
+    """Up to `size` distinct held-out pairs. "unseen": the training distribution (training skips these sources),
+    at most `MAX_HELD_OUT_SHARE` of any one length's sources, so short lengths are tested less often than they
+    are drawn; "longer": lengths max_len+1 … max_len+longer_by, which training never draws."""
     if split not in TEST_SPLITS:
         raise ValueError(f"unknown test split {split!r}; choose one of {', '.join(TEST_SPLITS)}")
     rng = random.Random(f"test-{seed}")
     lengths = (task.min_len, task.max_len) if split == "unseen" else (task.max_len + 1, task.max_len + longer_by)
+    quota = {length: int(MAX_HELD_OUT_SHARE * task.num_sources(length)) if split == "unseen" else None
+             for length in range(lengths[0], lengths[1] + 1)}
+    taken = dict.fromkeys(quota, 0)
     pairs, seen = [], set()
     for _ in range(50 * size):  # distinct sources; small spaces (short lengths) simply run out of new ones
-        pair = task.sample(rng, rng.randint(*lengths))
+        length = rng.randint(*lengths)
+        if quota[length] is not None and taken[length] >= quota[length]:
+            continue
+        pair = task.sample(rng, length)
         if tuple(pair[0]) not in seen:
             seen.add(tuple(pair[0]))
+            taken[length] += 1
             pairs.append(pair)
             if len(pairs) == size:
                 break
+    if size > 0 and not pairs:
+        raise ValueError(
+            f"the {task.name} task with {task.num_symbols} symbols and lengths {task.min_len}–{task.max_len} has too "
+            f"few sources to hold any out of training (at most {MAX_HELD_OUT_SHARE:.0%} of each length's); use more "
+            f"symbols or longer sequences, or the 'longer' test split"
+        )
     return pairs
 
 

@@ -138,21 +138,36 @@ def build_optimization(model: nn.Module, options: Seq2SeqTrainOptions):
 
 
 @torch.no_grad()
-def exact_accuracy(model: Seq2SeqTransformer, pairs: list[tuple[list[int], list[int]]], batch_size: int = 500,
-                   beam_size: int = 1) -> float:
-    """Share of pairs whose decoded output (up to and including <eos>) equals the target exactly."""
+def exact_matches(model: Seq2SeqTransformer, pairs: list[tuple[list[int], list[int]]], batch_size: int = 500,
+                  beam_size: int = 1) -> list[bool]:
+    """For each pair, whether its decoded output (up to and including <eos>) equals the target exactly."""
     was_training = model.training
     model.eval()
-    correct = 0
+    matches = []
     device = next(model.parameters()).device
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i:i + batch_size]
-        src, _, tgt_out = collate(chunk)  # tgt_out: (B, T) = target, <eos>, padding
+        src, _, _ = collate(chunk)
         decoded = decode(model, src.to(device), max(len(t) for _, t in chunk) + 2, beam_size).tokens.cpu()
-        for row, (_, target) in enumerate(chunk):
-            correct += decoded[row, :len(target) + 1].tolist() == [*target, EOS]
+        matches += [decoded[row, :len(target) + 1].tolist() == [*target, EOS] for row, (_, target) in enumerate(chunk)]
     model.train(was_training)
-    return correct / len(pairs)
+    return matches
+
+
+def exact_accuracy(model: Seq2SeqTransformer, pairs: list[tuple[list[int], list[int]]], batch_size: int = 500,
+                   beam_size: int = 1) -> float:
+    """Share of pairs whose decoded output (up to and including <eos>) equals the target exactly."""
+    matches = exact_matches(model, pairs, batch_size, beam_size)
+    return sum(matches) / len(matches)
+
+
+def accuracy_by_length(pairs: list[tuple[list[int], list[int]]], matches: list[bool]) -> dict[str, float]:
+    """Exact accuracy per source length, {"1": 1.0, "2": 0.9, …} (string keys, as JSON keeps them): a model that
+    fails only at some lengths shows it here, where one overall figure hides it."""
+    by_length: dict[int, list[bool]] = {}
+    for (source, _), match in zip(pairs, matches, strict=True):
+        by_length.setdefault(len(source), []).append(match)
+    return {str(length): round(sum(m) / len(m), 4) for length, m in sorted(by_length.items())}
 
 
 def decode(model: Seq2SeqTransformer, src: torch.Tensor, max_new_tokens: int, beam_size: int = 1):
@@ -215,13 +230,16 @@ def _train(options: Seq2SeqTrainOptions, run_dir: Path) -> dict[str, Any]:
         if not math.isfinite(losses[-1]):
             raise ArithmeticError(f"the loss became {losses[-1]} at step {step + 1}; lower --lr (now {options.lr})")
         if (step + 1) % options.eval_every == 0 or step + 1 == options.steps:
+            matches = exact_matches(model, test_pairs)
             row = {"step": step + 1, "lr": lr, "loss": sum(losses) / len(losses),
-                   "test_exact_acc": exact_accuracy(model, test_pairs),
+                   "test_exact_acc": sum(matches) / len(matches),
+                   "test_exact_acc_by_len": accuracy_by_length(test_pairs, matches),
                    "elapsed_s": elapsed_before + time.perf_counter() - run_start}
             losses = []
             _checkpoint(run_dir, row, model, optimizer, scheduler, data_rng)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['test_exact_acc']:.3f}")
-            tqdm.write(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()}))
+            tqdm.write(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()
+                                   if k != "test_exact_acc_by_len"}))  # one short line; the file has it all
     bar.close()
     if not row:
         rows = read_jsonl(run_dir / METRICS_FILE)
