@@ -49,18 +49,22 @@ def test_held_out_splits():
 
 @pytest.mark.parametrize("name", TASKS)
 def test_unseen_split_leaves_every_length_mostly_to_training(name):
-    # The sources of each length, found by drawing until no new one appears, not from a formula.
+    # The sources of each length, found by drawing as training draws until no new one appears, not from a formula.
     task = SequenceTask(name, num_symbols=3, min_len=1, max_len=4 if name != "add" else 2)
     rng = random.Random(0)
     sources: dict[int, set] = {}
-    for length in range(task.min_len, task.max_len + 1):
-        sources[length] = {tuple(task.sample(rng, length)[0]) for _ in range(20_000)}
-        assert task.num_sources(length) == len(sources[length])
+    for _ in range(50_000):
+        source = tuple(task.sample(rng)[0])
+        sources.setdefault(len(source), set()).add(source)
+    for length, all_of_length in sources.items():
+        assert task.num_sources(length) == len(all_of_length), length
 
     unseen = make_test_set(task, 200, "unseen", seed=0)
     held_out = {tuple(src) for src, _ in unseen}
     for length, all_of_length in sources.items():
         assert len(all_of_length & held_out) <= 0.1 * len(all_of_length), length
+    # every length with room to hold one out is tested (for add: unequal operands too, as training draws them)
+    assert {len(src) for src in held_out} == {n for n, all_of_length in sources.items() if len(all_of_length) >= 10}
     # so training draws every length, the shortest included (it used to hold out all 10 one-symbol copies)
     trained = {tuple(src) for src, _ in sample_batch(task, 5000, random.Random(1), held_out)}
     for length, all_of_length in sources.items():

@@ -118,12 +118,18 @@ class SequenceTask:
         target = {"reverse": ids[::-1], "copy": ids, "sort": sorted(ids)}[self.name]
         return self.vocab.decode([t + len(SPECIALS) for t in target])
 
-    def num_sources(self, length: int) -> int:
-        """How many distinct sources `sample(rng, length)` can draw (for add: with `length`-digit operands)."""
-        n = self.num_symbols
-        if self.name == "add":
-            return (n ** length - (n ** (length - 1) if length > 1 else 0)) ** 2
-        return n ** length
+    def num_sources(self, source_length: int) -> int:
+        """How many distinct sources of `source_length` tokens `sample(rng)` can draw (for add: operands of any
+        digit counts in [min_len, max_len] on either side of the "+")."""
+        if self.name != "add":
+            return self.num_symbols ** source_length if self.min_len <= source_length <= self.max_len else 0
+        operand_digits = range(self.min_len, self.max_len + 1)
+        return sum(self._count_numbers(a) * self._count_numbers(source_length - 1 - a)
+                   for a in operand_digits if source_length - 1 - a in operand_digits)
+
+    def _count_numbers(self, digits: int) -> int:
+        """Numbers with exactly `digits` digits (no leading zero; 0 is the one-digit zero)."""
+        return self.num_symbols ** digits - (self.num_symbols ** (digits - 1) if digits > 1 else 0)
 
     def _number(self, rng: random.Random, digits: int) -> int:
         low = self.num_symbols ** (digits - 1) if digits > 1 else 0
@@ -144,27 +150,37 @@ class SequenceTask:
         return value
 
 
+def held_out_quota(task: SequenceTask, source_length: int) -> int:
+    """How many sources of this length the "unseen" split may take: `MAX_HELD_OUT_SHARE` of them, rounded down."""
+    return int(MAX_HELD_OUT_SHARE * task.num_sources(source_length) + 1e-9)  # 1e-9: 0.1 * 30 must give 3, not 2
+
+
 def make_test_set(task: SequenceTask, size: int, split: str, seed: int,
                   longer_by: int = 4) -> list[tuple[list[int], list[int]]]:
-    """Up to `size` distinct held-out pairs. "unseen": the training distribution (training skips these sources),
-    at most `MAX_HELD_OUT_SHARE` of any one length's sources, so short lengths are tested less often than they
-    are drawn; "longer": lengths max_len+1 … max_len+longer_by, which training never draws."""
+    """Up to `size` distinct held-out pairs.
+
+    "unseen": drawn as training draws (training skips these sources), but at most `MAX_HELD_OUT_SHARE` of the
+    sources of any one source length, so short lengths are tested less often than they are trained on.
+    "longer": lengths max_len+1 … max_len+longer_by (for add: both operands that many digits), which training
+    never draws.
+    """
     if split not in TEST_SPLITS:
         raise ValueError(f"unknown test split {split!r}; choose one of {', '.join(TEST_SPLITS)}")
     rng = random.Random(f"test-{seed}")
-    lengths = (task.min_len, task.max_len) if split == "unseen" else (task.max_len + 1, task.max_len + longer_by)
-    quota = {length: int(MAX_HELD_OUT_SHARE * task.num_sources(length)) if split == "unseen" else None
-             for length in range(lengths[0], lengths[1] + 1)}
-    taken = dict.fromkeys(quota, 0)
+    taken: dict[int, int] = {}
     pairs, seen = [], set()
     for _ in range(50 * size):  # distinct sources; small spaces (short lengths) simply run out of new ones
-        length = rng.randint(*lengths)
-        if quota[length] is not None and taken[length] >= quota[length]:
-            continue
-        pair = task.sample(rng, length)
+        if split == "unseen":
+            pair = task.sample(rng)
+            length = len(pair[0])
+            if taken.get(length, 0) >= held_out_quota(task, length):
+                continue
+        else:
+            pair = task.sample(rng, rng.randint(task.max_len + 1, task.max_len + longer_by))
+            length = len(pair[0])
         if tuple(pair[0]) not in seen:
             seen.add(tuple(pair[0]))
-            taken[length] += 1
+            taken[length] = taken.get(length, 0) + 1
             pairs.append(pair)
             if len(pairs) == size:
                 break
