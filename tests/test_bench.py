@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vitlab.bench import Settings, Workload, build, comparable, flops_per_image, measure, peak_memory, scaling
-from vitlab.engine.speed import bf16_supported, bf16_unsupported_reason, check_bf16, maybe_compile
+from vitlab.engine.speed import autocast, bf16_supported, bf16_unsupported_reason, check_bf16, maybe_compile
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
@@ -101,6 +101,16 @@ def test_bf16_is_detected_and_refused_where_it_would_be_emulated():
     if not supported:
         with pytest.raises(ValueError, match="bf16"):
             check_bf16("cpu")
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_autocast_runs_matmuls_in_the_dtype_asked_for(dtype):
+    # the one switch the trainer, eval and the benchmarks share; None is plain fp32
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with autocast("cpu", dtype):
+        product = a @ b
+    assert product.dtype == (dtype or torch.float32)
+    torch.testing.assert_close(product.float(), a @ b, atol=0.1, rtol=0.05)
 
 
 def test_maybe_compile_is_the_model_itself_when_off():

@@ -268,7 +268,7 @@ def measure(workload: Workload, settings: Settings | None = None, progress: Call
             model = models[c.label].eval()
             for key, batch, bf16 in metrics:
                 x = inputs[batch]
-                with torch.inference_mode(), autocast(device, bf16):
+                with torch.inference_mode(), autocast(device, torch.bfloat16 if bf16 else None):
                     seconds = seconds_per_call(c.label, key, lambda m=model, x=x: m(x))
                 samples.setdefault((c.label, key), []).append(batch / seconds)
             model.train()

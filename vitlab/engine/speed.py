@@ -42,10 +42,11 @@ def bf16_unsupported_reason(device: str | torch.device = "cpu") -> str:
     return f"no native bf16 on {device}"
 
 
-def autocast(device: str | torch.device, bf16: bool) -> contextlib.AbstractContextManager:
-    """bf16 autocast on `device` when `bf16` is True, else a no-op context."""
-    device = torch.device(device)
-    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+def autocast(device: str | torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Autocast to `dtype` (bf16 or fp16) on `device`, or a no-op context for None (fp32).
+
+    The one switch for training, evaluation and the benchmarks, so that they cannot drift apart."""
+    return torch.autocast(torch.device(device).type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def check_bf16(device: str | torch.device) -> None:

@@ -29,7 +29,7 @@ from .distributed import DistInfo, all_reduce_sum, barrier, gather_objects
 from .ema import ModelEma
 from .evaluate import evaluate
 from .optim import build_optimizer, build_scheduler
-from .speed import bf16_supported, bf16_unsupported_reason, maybe_compile
+from .speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_compile
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -66,10 +66,6 @@ def set_seed(seed: int) -> None:
 
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def autocast(enabled: bool, device: torch.device, dtype: torch.dtype = torch.bfloat16):
-    return torch.autocast(device.type, dtype=dtype) if enabled else contextlib.nullcontext()
 
 
 def precision_of(config: TrainConfig) -> torch.dtype | None:
@@ -110,7 +106,7 @@ def train_one_epoch(model, loader, optimizer, scheduler, config: TrainConfig, ep
         stepping = (i + 1) % accum == 0
         sync = contextlib.nullcontext() if stepping or not dist.distributed else model.no_sync()
         with sync:
-            with autocast(dtype is not None, device, dtype or torch.bfloat16):
+            with autocast(device, dtype):
                 outputs = model(images)  # logits (B, K), or (y_cls, y_dist) from a distilled DeiT
                 loss = criterion(images, outputs, targets)
             if not torch.isfinite(loss):
