@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import tempfile
 from pathlib import Path
 
 import torch
 
-from vitlab.data.sequences import TASKS
+from vitlab.data.sequences import MAX_HELD_OUT_SHARE, TASKS
 from vitlab.engine.seq2seq import METRICS_FILE, Seq2SeqTrainOptions, read_jsonl, train_seq2seq
 
 RESULTS = Path(__file__).parent / "results"
@@ -36,7 +37,8 @@ def run_task(task: str, steps: int | None, root: Path) -> dict:
     resolved = options.make_task()
     return {"task": task, "lengths": [resolved.min_len, resolved.max_len], "num_symbols": resolved.num_symbols,
             "options": dataclasses.asdict(options), "curve": rows, "final_exact_acc": rows[-1]["test_exact_acc"],
-            "steps": rows[-1]["step"], "elapsed_s": rows[-1]["elapsed_s"]}
+            "steps": rows[-1]["step"], "elapsed_s": rows[-1]["elapsed_s"],
+            "final_exact_acc_by_len": rows[-1]["test_exact_acc_by_len"]}
 
 
 def markdown(results: list[dict]) -> str:
@@ -49,6 +51,17 @@ def markdown(results: list[dict]) -> str:
         lengths = f"{low}–{high} digits + {low}–{high} digits" if r["task"] == "add" else f"{low}–{high}"
         lines.append(f"| {r['task']} | {lengths} | " + " | ".join(accs.get(s, "") for s in steps)
                      + f" | {r['elapsed_s'] / 60:.1f} min |")
+    return "\n".join(lines)
+
+
+def markdown_by_length(results: list[dict]) -> str:
+    """The last evaluation's accuracy per source length (for add: both operands and the "+")."""
+    lengths = sorted({int(n) for r in results for n in r["final_exact_acc_by_len"]})
+    lines = ["| task | " + " | ".join(f"length {n}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
+    for r in results:
+        by_len = r["final_exact_acc_by_len"]
+        lines.append(f"| {r['task']} | " + " | ".join(f"{100 * by_len[str(n)]:.0f}" if str(n) in by_len else ""
+                                                       for n in lengths) + " |")
     return "\n".join(lines)
 
 
@@ -92,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         results = [run_task(task, args.steps, Path(root)) for task in args.tasks]
-    table = markdown(results)
+    table = markdown(results) + "\n\nAt the last step, by source length (%):\n\n" + markdown_by_length(results)
     print(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +115,9 @@ def main() -> None:
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     note = (f"Time: wall clock for training plus the held-out evaluations, 1 torch thread (the command's default), "
-            f"torch {torch.__version__}, fp32, on 2 CPU cores shared with other jobs.")
+            f"torch {torch.__version__}, fp32, on {os.cpu_count()} CPU cores. The held-out set takes at most "
+            f"{MAX_HELD_OUT_SHARE:.0%} of any length's sources, so short lengths have few test sequences "
+            f"(1 of length 1).")
     if args.readme and update_readme(table, note):
         print(f"updated the table in {README}")
 
