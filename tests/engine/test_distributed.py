@@ -30,6 +30,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def torchrun_scratch_in_tmp_path(tmp_path, monkeypatch):
+    # torchrun makes a torchelastic_* folder in TMPDIR; a killed run cannot remove its own, so keep them in tmp_path
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 def torchrun(*args: str, nproc: int = 2) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
             f"--master_port={free_port()}", "-m", "vitlab", "train", *args]
