@@ -222,3 +222,10 @@ def test_process_settings_benchmark_times_each_library_alone_under_both(tmp_path
     assert set(result["samples"]) == {"vitlab:default", "vitlab:vitlab", "timm:default", "timm:vitlab"}
     assert all(v > 0 for v in result["median"].values())
     assert "vitlab (its settings) / timm (defaults)" in (tmp_path / "t.md").read_text()
+
+
+def test_randaugment_benchmark_times_both_ways(tmp_path):
+    result = _load_script("randaugment").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    (row,) = result["rows"]
+    assert row["shape"] == [8, 1, 28, 28] and all(v > 0 for v in row["seconds"].values())
+    assert 0 < row["share_of_step_after"] < 1 and "| vitlab batched |" in (tmp_path / "t.md").read_text()

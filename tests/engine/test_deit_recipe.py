@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchvision.transforms import v2
 
 import vitlab
 from vitlab.engine.augment import mixup_cutmix, rand_augment, random_erasing
@@ -180,6 +181,24 @@ def test_randaugment_and_random_erasing_change_real_images(real_batch):
         rows, cols = mask.any(1).nonzero().flatten(), mask.any(0).nonzero().flatten()
         box = mask[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
         assert box.float().mean() > 0.9  # noise may equal the pixel by chance, rarely
+
+
+@pytest.mark.parametrize("num_ops, magnitude", [(2, 9), (3, 30)])
+def test_batched_randaugment_equals_torchvision_image_by_image(real_batch, num_ops, magnitude):
+    # Same seed, same choices: each image as torchvision's v2.RandAugment makes it alone. Only Sharpness's
+    # convolution rounds differently over a batch (1 ulp), hence the tolerance.
+    gray, _ = real_batch
+    colour = torch.rand(48, 3, 20, 24, generator=torch.Generator().manual_seed(1))  # Color acts, H != W
+    reference = v2.RandAugment(num_ops=num_ops, magnitude=magnitude)
+    for images in (gray, colour):
+        for seed in range(3):
+            torch.manual_seed(seed)
+            expected = torch.stack([reference(image) for image in images])
+            stream_after_reference = torch.random.get_rng_state()
+            torch.manual_seed(seed)
+            got = rand_augment(num_ops, magnitude)(images)
+            torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+            assert torch.equal(torch.random.get_rng_state(), stream_after_reference)  # no draw more or less
 
 
 def constant_images():
