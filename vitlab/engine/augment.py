@@ -90,7 +90,7 @@ def rand_augment(num_ops: int, magnitude: int) -> Callable[[torch.Tensor], torch
 
     def apply(images: torch.Tensor) -> torch.Tensor:
         B, C, H, W = images.shape
-        strengths = [(name, None if bins(H, W) is None else float(bins(H, W)[magnitude]), signed)
+        strengths = [(name, None if (values := bins(H, W)) is None else float(values[magnitude]), signed)
                      for name, bins, signed in RAND_AUGMENT_OPS]
         # choices[r][i] = (operation, strength) of round r for image i, drawn image by image like torchvision
         choices: list[list[tuple[str, float]]] = [[] for _ in range(num_ops)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
@@ -10,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
+
+from .speed import autocast
 
 
 @torch.inference_mode()
@@ -29,10 +30,9 @@ def evaluate(
     num_classes = num_classes or model.num_classes
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64)
     loss_sum, seen, start = 0.0, 0, time.perf_counter()
-    cast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     for images, labels in tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, mininterval=1.0):
         images, labels = images.to(device), labels.to(device)
-        with cast:
+        with autocast(device, torch.bfloat16 if bf16 else None):
             logits = model(images).float()
         loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
         predicted = logits.argmax(-1)
