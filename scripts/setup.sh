@@ -8,7 +8,7 @@ PYTHON=${PYTHON:-python3}
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && command -v apt-get >/dev/null; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
     echo "== installing Fashion-MNIST (Debian package dataset-fashion-mnist)"
-    { $SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; } \
+    { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; } \
         || echo "   (apt-get failed; vitlab will download the dataset from its official address instead)"
 fi
 
