@@ -1,20 +1,27 @@
-"""Training and evaluation: loops, optimizer groups and schedules, checkpoints."""
+"""The one training loop (loop.py), run folders (run.py), options (options.py), optimizer groups and schedules,
+precision and compile switches, EMA, distributed training and the deterministic loaders."""
 
-from .evaluate import evaluate
 from .loaders import EpochDataLoader, TensorLoader
+from .loop import LoopConfig, Stepper, TaskData, build_optimization, fit
 from .optim import build_optimizer, build_scheduler, param_groups, warmup_cosine
-from .trainer import TrainConfig, fit, plot_curves, read_metrics
+from .options import OptionError, option
+from .run import RunDir, RunFileError, read_jsonl
 
 __all__ = [
     "EpochDataLoader",
+    "LoopConfig",
+    "OptionError",
+    "RunDir",
+    "RunFileError",
+    "Stepper",
+    "TaskData",
     "TensorLoader",
-    "TrainConfig",
+    "build_optimization",
     "build_optimizer",
     "build_scheduler",
-    "evaluate",
     "fit",
+    "option",
     "param_groups",
-    "plot_curves",
-    "read_metrics",
+    "read_jsonl",
     "warmup_cosine",
 ]

@@ -7,22 +7,22 @@ import math
 import torch
 from torch import nn
 
-# Tokens and tables that are embeddings, not weights: decaying them towards zero only hurts (as in timm, DeiT).
-NO_DECAY_NAMES = ("pos_embed", "cls_token", "dist_token")
-
 
 def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None) -> list[dict]:
-    """Matrices and convolution kernels decay; biases, norm scales, position embeddings and class tokens (every
-    parameter with fewer than 2 dimensions, or named in NO_DECAY_NAMES) do not.
+    """Matrices and convolution kernels decay; parameters with fewer than 2 dimensions (biases, norm scales) do not,
+    nor those the model names in its `no_weight_decay()` hook (position embeddings, class tokens: embeddings, not
+    weights; decaying them towards zero only hurts, as in timm and DeiT).
 
-    layer_decay (fine-tuning; BEiT §3.4, used by DeiT III, MAE): block i of L gets the learning rate
+    layer_decay (fine-tuning; BEiT §3.4, used by DeiT III, MAE) needs the model's layer groups: `layer_id(name)`
+    in 0 … num_layer_groups − 1 (for ViT: 0 the embeddings, i + 1 block i of L, L + 1 the final norm and head).
+    A parameter of layer id k gets lr · layer_decay^(num_layer_groups − 1 − k): block i of L gets
     lr · layer_decay^(L − i), the embeddings lr · layer_decay^(L + 1), the final norm and head lr. Each group
     carries its factor as "lr_scale"; its "lr" starts at lr · lr_scale, which the schedulers then multiply.
     """
-    depth = len(getattr(model, "blocks", ())) if layer_decay is not None else 0
-    if layer_decay is not None and not (0 < layer_decay <= 1 and depth):
-        raise ValueError(f"--layer-decay needs a value in (0, 1] and a model with transformer blocks; got "
-                         f"{layer_decay} for a model with {depth} blocks")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    no_decay = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    top = _top_layer_id(model, layer_decay)
     groups: dict[tuple[int, bool], dict] = {}
     if layer_decay is None:  # always the two groups, decaying first
         for decays in (True, False):
@@ -30,22 +30,27 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | Non
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        decays = not (param.ndim <= 1 or name.split(".")[-1] in NO_DECAY_NAMES)
-        layer = _layer_id(name, depth) if layer_decay is not None else 0
-        scale = layer_decay ** (depth + 1 - layer) if layer_decay is not None else 1.0
+        decays = param.ndim > 1 and name not in no_decay
+        layer = model.layer_id(name) if layer_decay is not None else 0
+        scale = layer_decay ** (top - layer) if layer_decay is not None else 1.0
         group = groups.setdefault((layer, decays), {"params": [], "weight_decay": weight_decay if decays else 0.0,
                                                     "lr_scale": scale})
         group["params"].append(param)
     return [groups[key] for key in sorted(groups, key=lambda key: (key[0], not key[1]))]
 
 
-def _layer_id(name: str, depth: int) -> int:
-    """0 for everything before the blocks, i + 1 for block i, depth + 1 for everything after."""
-    if name.startswith("blocks."):
-        return int(name.split(".")[1]) + 1
-    if name.split(".")[0] in ("cls_token", "dist_token", "pos_embed", "patch_embed", "reg_token"):
+def _top_layer_id(model: nn.Module, layer_decay: float | None) -> int:
+    """The largest layer id of the model's layer groups (whose learning rate layer decay leaves unscaled)."""
+    if layer_decay is None:
         return 0
-    return depth + 1
+    if not 0 < layer_decay <= 1:
+        raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
+    if not (hasattr(model, "layer_id") and hasattr(model, "num_layer_groups")):
+        raise ValueError(
+            f"layer_decay={layer_decay} needs a model with layer groups (a layer_id(name) method and num_layer_groups, "
+            f"as ViT and DeiT have); {type(model).__name__} has none: leave layer_decay at None"
+        )
+    return model.num_layer_groups - 1
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999),

@@ -1,20 +1,18 @@
 """Saving and loading weights: vitlab's own safetensors files and timm-layout state dicts.
 
-vitlab's key names follow timm's (`patch_embed.proj.weight`, `blocks.0.attn.qkv.weight`, ...), so a timm
-ViT state dict loads as it is. Loading adapts what a fine-tuning user expects to differ: the position
-embedding is resampled to the model's patch grid, and a head for another number of classes is replaced by
-the model's fresh one, with a warning. Anything else that does not fit raises an error listing the missing,
-unexpected and mis-shaped keys.
+vitlab's key names follow timm's, so a timm ViT state dict loads as it is. Before loading, the model adapts the
+checkpoint through its `adapt_checkpoint(state)` hook to what a fine-tuning user expects to differ (for ViT and
+DeiT: the position embedding resampled to the model's patch grid, a head for another number of classes replaced
+by the model's fresh one, with a warning); this module knows no model's key names. Anything else that does not
+fit raises an error listing the missing, unexpected and mis-shaped keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +21,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from ..layers.pos_embed import resample_pos_embed
 from ..models.registry import config_from_dict, config_to_dict
 
 CONFIG_KEY = "vitlab_config"
-HEAD_KEYS = ("head.weight", "head.bias")
-DIST_HEAD_KEYS = ("head_dist.weight", "head_dist.bias")
 
 
 class CheckpointMismatchError(ValueError):
@@ -99,35 +94,12 @@ def load_model(path: str | os.PathLike) -> nn.Module:
 
 
 def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Resample the position embedding to the model's grid and drop a head of another class count."""
+    """The checkpoint adapted by the model's own `adapt_checkpoint(state)` hook (for ViT and DeiT: position
+    embedding resampled to the model's grid, a head of another class count replaced, with a warning); a model
+    without the hook gets the state as it is."""
     state = dict(state)
-    target = model.state_dict()
-    if "pos_embed" in state and "pos_embed" in target and state["pos_embed"].shape != target["pos_embed"].shape:
-        prefix = getattr(model, "num_prefix_tokens", 1)
-        old_n = state["pos_embed"].shape[1] - prefix
-        side = math.isqrt(old_n)
-        old_grid = (side, side) if side * side == old_n else None
-        state["pos_embed"] = resample_pos_embed(
-            state["pos_embed"], model.patch_embed.grid_size, old_grid, num_prefix_tokens=prefix
-        )
-    # another class count: the head's rows differ, its input width does not
-    head_differs = (
-        "head.weight" in state and "head.weight" in target
-        and state["head.weight"].shape[0] != target["head.weight"].shape[0]
-        and state["head.weight"].shape[1:] == target["head.weight"].shape[1:]
-    )
-    head_absent = all(k in state for k in HEAD_KEYS) and not any(k in target for k in HEAD_KEYS)
-    if head_differs or head_absent:
-        given = state["head.weight"].shape[0]
-        warnings.warn(
-            f"the checkpoint's head has {given} classes, the model {getattr(model, 'num_classes', 0)}: keeping the "
-            f"body and starting a new head (the fine-tuning case)",
-            stacklevel=3,
-        )
-        for key in (*HEAD_KEYS, *DIST_HEAD_KEYS):  # a distilled DeiT's second head goes with the first
-            state.pop(key, None)
-            if key in target:
-                state[key] = target[key]
+    if hasattr(model, "adapt_checkpoint"):
+        state = model.adapt_checkpoint(state)
     return state
 
 

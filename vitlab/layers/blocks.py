@@ -3,10 +3,21 @@
 Pre-norm, ViT paper eq. 2–3:      x = x + DropPath(MSA(LN(x)));  x = x + DropPath(MLP(LN(x)))
 Post-norm, Vaswani et al. §3.1:   x = LN(x + Dropout(MSA(x)));   x = LN(x + Dropout(MLP(x)))
 
-Both take x: (B, N, D) and an optional attention mask broadcastable to (B, heads, N, N), and return (B, N, D).
+Both take x: (B, N, D), an optional attention mask broadcastable to (B, heads, N, N) (True = may attend, or
+additive), an optional key_padding_mask (B, N) (True = padding, ignored as a key) and optional position embeddings
+`pos` broadcastable to (B, N, D), and return (B, N, D).
 
 Decoder blocks (post-norm `DecoderBlock`, `PreNormDecoderBlock`) add cross-attention to an encoder output and
 can carry a `KVCache`, so that generating one more token costs one step instead of recomputing the prefix.
+
+Position embeddings, DETR's way (Carion et al. 2020, §3.2 and Fig. 10): added to the queries and the keys of every
+attention, never to the values nor to the residual stream, so that each layer sees where tokens are while what
+it gathers is content. `pos` belongs to the encoder tokens (in a decoder: to the memory), `query_pos` to the
+decoder's queries (DETR's object queries). In a pre-norm block they are added after the LayerNorm, as in DETR.
+
+All four blocks share one constructor: dim, num_heads, mlp_ratio, qkv_bias, proj_drop (dropout on each branch
+output), attn_drop (on the attention probabilities), drop_path (stochastic depth on each branch), norm_layer,
+act_layer, fused_attn; the post-norm blocks also take their original name `dropout` for proj_drop.
 Sub-layer names (norm1, attn, ls1, drop_path1, norm2, mlp, ls2, drop_path2) follow timm's, so checkpoints map
 one to one.
 """
@@ -24,6 +35,25 @@ from .drop import DropPath
 from .mlp import Mlp, call_unless_noop, may_overwrite
 
 LayerNorm6 = partial(nn.LayerNorm, eps=1e-6)  # the epsilon of the JAX ViT release and of timm
+
+
+def with_pos(x: torch.Tensor, pos: torch.Tensor | None) -> torch.Tensor:
+    """x + pos, or x itself when pos is None: the same object, so that attention keeps its fused projections."""
+    return x if pos is None else x + pos
+
+
+def branch_dropout(proj_drop: float, dropout: float | None) -> float:
+    """proj_drop, or `dropout`, the post-norm blocks' first name for it; both given and different is an error."""
+    if dropout is None or dropout == proj_drop:
+        return proj_drop
+    if proj_drop:
+        raise TypeError(f"dropout={dropout} and proj_drop={proj_drop} are one option (dropout is its old name); "
+                        f"give only proj_drop")
+    return dropout
+
+
+def drop_path_or_identity(rate: float) -> nn.Module:
+    return DropPath(rate) if rate > 0 else nn.Identity()
 
 
 class LayerScale(nn.Module):
@@ -58,17 +88,27 @@ class EncoderBlock(nn.Module):
         self.norm1 = norm_layer(dim)
         self.attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
-        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path1 = drop_path_or_identity(drop_path)
         self.norm2 = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
-        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path2 = drop_path_or_identity(drop_path)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, N, D), attn_mask broadcastable to (B, heads, N, N), key_padding_mask (B, N), pos broadcastable to
+        (B, N, D), added to queries and keys. Returns (B, N, D)."""
         # unused layer scale and drop path are nn.Identity: skipped rather than called (see call_unless_noop)
-        x = self.add_residual(x, self.attn(self.norm1(x), attn_mask=attn_mask), self.attn, self.ls1, self.drop_path1)
+        x = self.add_residual(x, self.self_attention(self.norm1(x), attn_mask, key_padding_mask, pos),
+                              self.attn, self.ls1, self.drop_path1)
         x = self.add_residual(x, self.mlp(self.norm2(x)), self.mlp, self.ls2, self.drop_path2)
         return x
+
+    def self_attention(self, h: torch.Tensor, attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
+                       pos: torch.Tensor | None, return_attn: bool = False):
+        """Attention of h (B, N, D) over itself: queries and keys from h + pos, values from h -> (B, N, D)."""
+        qk = with_pos(h, pos)  # h itself without positions: then one fused matmul for q, k and v
+        return self.attn(qk, qk, h, attn_mask=attn_mask, key_padding_mask=key_padding_mask, return_attn=return_attn)
 
     @staticmethod
     def add_residual(x: torch.Tensor, branch: torch.Tensor, *branch_modules: nn.Module) -> torch.Tensor:
@@ -84,10 +124,11 @@ class EncoderBlock(nn.Module):
         return x + branch
 
     def forward_with_attn(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
+        pos: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Like forward, also returning the attention probabilities (B, heads, N, N) from the explicit path."""
-        attn_out, probs = self.attn(self.norm1(x), attn_mask=attn_mask, return_attn=True)
+        attn_out, probs = self.self_attention(self.norm1(x), attn_mask, key_padding_mask, pos, return_attn=True)
         x = x + self.drop_path1(self.ls1(attn_out))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x, probs
@@ -96,7 +137,8 @@ class EncoderBlock(nn.Module):
 class PostNormEncoderBlock(nn.Module):
     """Post-norm encoder block of the original Transformer: the residual sum is normalised, not the branch input.
 
-    Dropout (not stochastic depth) on each branch output, as in Vaswani et al. §5.4; LayerNorm eps 1e-5 as in
+    Dropout on each branch output (`proj_drop`, alias `dropout`), as in Vaswani et al. §5.4; stochastic depth
+    (`drop_path`) is available as in the pre-norm block, off by default. LayerNorm eps 1e-5 as in
     `torch.nn.TransformerEncoderLayer`.
     """
 
@@ -106,21 +148,31 @@ class PostNormEncoderBlock(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        dropout: float = 0.0,
+        proj_drop: float = 0.0,
         attn_drop: float = 0.0,
+        drop_path: float = 0.0,
         norm_layer: type[nn.Module] | partial = nn.LayerNorm,
         act_layer: type[nn.Module] = nn.ReLU,
         fused_attn: bool = True,
+        *,
+        dropout: float | None = None,
     ) -> None:
         super().__init__()
-        self.attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, dropout, fused=fused_attn)
+        proj_drop = branch_dropout(proj_drop, dropout)
+        self.attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
+        self.drop_path1 = drop_path_or_identity(drop_path)
         self.norm1 = norm_layer(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=dropout)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)
+        self.drop_path2 = drop_path_or_identity(drop_path)
         self.norm2 = norm_layer(dim)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.norm1(x + self.attn(x, attn_mask=attn_mask))
-        x = self.norm2(x + self.mlp(x))
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, N, D), masks and pos as in `EncoderBlock.forward`. Returns (B, N, D)."""
+        qk = with_pos(x, pos)  # DETR's post-norm encoder layer: q = k = x + pos, v = x
+        x = self.norm1(x + self.drop_path1(self.attn(qk, qk, x, attn_mask=attn_mask,
+                                                     key_padding_mask=key_padding_mask)))
+        x = self.norm2(x + self.drop_path2(self.mlp(x)))
         return x
 
 
@@ -153,15 +205,18 @@ class KVCache:
 class DecoderBlock(nn.Module):
     """Post-norm decoder block of the original Transformer (Vaswani et al. §3.1), the block DETR reuses:
 
-        x = LN(x + Dropout(SelfAttn(x, mask=self_mask)))          masked self-attention over the targets
-        x = LN(x + Dropout(CrossAttn(x, memory, mask=memory_mask))) queries from x, keys/values from the encoder
+        x = LN(x + Dropout(SelfAttn(q=k=x+query_pos, v=x, mask=self_mask)))          masked self-attention
+        x = LN(x + Dropout(CrossAttn(q=x+query_pos, k=memory+pos, v=memory, mask=memory_mask)))
         x = LN(x + Dropout(MLP(x)))
 
     x: (B, N, D) targets, memory: (B, M, D) encoder output; masks broadcast to (B, heads, N, N) and
-    (B, heads, N, M), True = may attend (or additive). Returns (B, N, D).
+    (B, heads, N, M), True = may attend (or additive); memory_key_padding_mask (B, M), True = padded memory token;
+    pos broadcastable to (B, M, D) (the memory's positions), query_pos to (B, N, D). Returns (B, N, D).
 
     With a `cache`, x holds only the N new tokens: their keys and values are appended to the cached ones, so
-    `self_mask` must then broadcast to (B, heads, N, T + N) (None when N = 1: a new token may see every earlier one).
+    `self_mask` must then broadcast to (B, heads, N, T + N) (None when N = 1: a new token may see every earlier one),
+    and query_pos covers the new tokens only. The memory's keys (memory + pos) and values are cached on the first
+    step.
     """
 
     def __init__(
@@ -170,53 +225,73 @@ class DecoderBlock(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        dropout: float = 0.0,
+        proj_drop: float = 0.0,
         attn_drop: float = 0.0,
+        drop_path: float = 0.0,
         norm_layer: type[nn.Module] | partial = nn.LayerNorm,
         act_layer: type[nn.Module] = nn.ReLU,
         fused_attn: bool = True,
+        *,
+        dropout: float | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, dropout, fused=fused_attn)
+        proj_drop = branch_dropout(proj_drop, dropout)
+        self.self_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
+        self.drop_path1 = drop_path_or_identity(drop_path)
         self.norm1 = norm_layer(dim)
-        self.cross_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, dropout, fused=fused_attn)
+        self.cross_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
+        self.drop_path2 = drop_path_or_identity(drop_path)
         self.norm2 = norm_layer(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=dropout)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)
+        self.drop_path3 = drop_path_or_identity(drop_path)
         self.norm3 = norm_layer(dim)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
-        x = self.norm1(x + self.attend_self(x, self_mask, cache))
-        x = self.norm2(x + self.attend_memory(x, memory, memory_mask, cache))
-        return self.norm3(x + self.mlp(x))
+                memory_mask: torch.Tensor | None = None, cache: KVCache | None = None,
+                memory_key_padding_mask: torch.Tensor | None = None, pos: torch.Tensor | None = None,
+                query_pos: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm1(x + self.drop_path1(self.attend_self(x, self_mask, cache, query_pos)))
+        x = self.norm2(x + self.drop_path2(self.attend_memory(x, memory, memory_mask, cache,
+                                                              memory_key_padding_mask, pos, query_pos)))
+        return self.norm3(x + self.drop_path3(self.mlp(x)))
 
-    def attend_self(self, h: torch.Tensor, self_mask: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
-        """Masked self-attention of h (B, N, D) over the cached tokens and itself -> (B, N, D)."""
+    def attend_self(self, h: torch.Tensor, self_mask: torch.Tensor | None, cache: KVCache | None,
+                    query_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """Masked self-attention of h (B, N, D) over the cached tokens and itself -> (B, N, D); queries and keys
+        from h + query_pos, values from h."""
+        qk = with_pos(h, query_pos)  # h itself without positions: one fused matmul for q, k and v
         if cache is None:
-            return self.self_attn(h, attn_mask=self_mask)
-        q, k, v = self.self_attn.project_qkv(h)  # (B, heads, N, head_dim) each
+            return self.self_attn(qk, qk, h, attn_mask=self_mask)
+        q, k, v = self.self_attn.project_qkv(qk, qk, h)  # (B, heads, N, head_dim) each
         if cache.self_k is not None:  # earlier tokens first: (B, heads, T, head_dim) + new -> (B, heads, T + N, ...)
             k, v = torch.cat([cache.self_k, k], dim=2), torch.cat([cache.self_v, v], dim=2)
         cache.self_k, cache.self_v = k, v
         return self.self_attn.attend(q, k, v, attn_mask=self_mask)
 
     def attend_memory(self, h: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None,
-                      cache: KVCache | None) -> torch.Tensor:
-        """Cross-attention: queries from h (B, N, D), keys and values from memory (B, M, D) -> (B, N, D)."""
+                      cache: KVCache | None, memory_key_padding_mask: torch.Tensor | None = None,
+                      pos: torch.Tensor | None = None, query_pos: torch.Tensor | None = None) -> torch.Tensor:
+        """Cross-attention: queries from h + query_pos (B, N, D), keys from memory + pos (B, M, D), values from
+        memory -> (B, N, D)."""
+        query, key = with_pos(h, query_pos), with_pos(memory, pos)
         if cache is None:
-            return self.cross_attn(h, context=memory, attn_mask=memory_mask)
-        if cache.cross_k is None:
-            cache.cross_k, cache.cross_v = self.cross_attn.project_kv(memory)  # once per sequence
-        return self.cross_attn.attend(self.cross_attn.project_q(h), cache.cross_k, cache.cross_v,
-                                      attn_mask=memory_mask)
+            return self.cross_attn(query, key, memory, attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask)
+        if cache.cross_k is None:  # once per sequence; one matmul when key is memory (no pos)
+            cache.cross_k, cache.cross_v = self.cross_attn.project_kv(key, memory)
+        return self.cross_attn.attend(self.cross_attn.project_q(query), cache.cross_k, cache.cross_v,
+                                      attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask)
 
 
 class PreNormDecoderBlock(DecoderBlock):
     """The same sub-layers in pre-norm order (each branch reads a normalised input; the sum is left alone):
-    x = x + SelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); x = x + MLP(LN(x))."""
+    x = x + SelfAttn(LN(x)); x = x + CrossAttn(LN(x), memory); x = x + MLP(LN(x)). Positions are added after the
+    LayerNorm (DETR's forward_pre)."""
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.attend_self(self.norm1(x), self_mask, cache)
-        x = x + self.attend_memory(self.norm2(x), memory, memory_mask, cache)
-        return x + self.mlp(self.norm3(x))
+                memory_mask: torch.Tensor | None = None, cache: KVCache | None = None,
+                memory_key_padding_mask: torch.Tensor | None = None, pos: torch.Tensor | None = None,
+                query_pos: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.drop_path1(self.attend_self(self.norm1(x), self_mask, cache, query_pos))
+        x = x + self.drop_path2(self.attend_memory(self.norm2(x), memory, memory_mask, cache,
+                                                   memory_key_padding_mask, pos, query_pos))
+        return x + self.drop_path3(self.mlp(self.norm3(x)))

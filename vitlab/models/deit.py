@@ -88,6 +88,16 @@ class DistilledVisionTransformer(VisionTransformer):
             nn.init.trunc_normal_(self.head_dist.weight, std=0.02)
             nn.init.zeros_(self.head_dist.bias)
 
+    # ---- hooks (see VisionTransformer): the distillation token is an embedding; its head goes with the head ----
+    def no_weight_decay(self) -> set[str]:
+        return super().no_weight_decay() | {"dist_token"}
+
+    def layer_id(self, name: str) -> int:
+        return 0 if name == "dist_token" else super().layer_id(name)
+
+    def head_names(self) -> tuple[str, ...]:
+        return ("head", "head_dist")
+
 
 # ---- presets: timm's names. DeiT-Ti/S/B are ViT-Ti/S/B (DeiT Table 1); ⚗ adds the distillation token ----------
 @register_model

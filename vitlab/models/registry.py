@@ -66,19 +66,18 @@ def apply_overrides(config: Any, **overrides: Any) -> Any:
     return dataclasses.replace(config, **overrides)
 
 
-def create_model(name: str, *, weights: str | None = None, **overrides: Any) -> nn.Module:
-    """Build a registered model: `create_model("vit_small_patch16_224", num_classes=10, img_size=384)`.
+def create_model(name: str, **overrides: Any) -> nn.Module:
+    """Build a registered model with fresh weights: `create_model("vit_small_patch16_224", num_classes=10)`.
 
-    `weights`: a checkpoint to load (see `vitlab.load_weights`); position embeddings are resampled when the
-    checkpoint's grid differs from the model's.
+    Loading a checkpoint is interop's job, one layer up: `vitlab.create_model(name, weights=path)` builds here,
+    then loads (models never import interop).
     """
+    if "weights" in overrides:
+        raise TypeError("vitlab.models.create_model builds a model with fresh weights; to load a checkpoint call "
+                        "vitlab.create_model(name, weights=path) or vitlab.load_weights(model, path)")
     config = get_config(name, **overrides)
     model = config.build()
     model.model_name = name
-    if weights is not None:
-        from ..interop import load_weights
-
-        load_weights(model, weights)
     return model
 
 

@@ -180,3 +180,10 @@ class Seq2SeqTransformer(nn.Module):
         """src (B, S), tgt (B, T) -> logits (B, T, V); position t predicts target token t+1 (teacher forcing)."""
         memory, memory_mask = self.encode(src)
         return self.logits(self.decode(tgt, memory, memory_mask))
+
+    # hook for engine/optim --------------------------------------------------------------------------------------
+
+    def no_weight_decay(self) -> set[str]:
+        """A learned position table (pos_embed="learn") is not decayed towards zero; the token tables, matrices
+        like any other, are."""
+        return {"pos_embed"}

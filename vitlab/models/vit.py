@@ -11,6 +11,8 @@ D width (`dim`).
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -221,6 +223,64 @@ class VisionTransformer(nn.Module):
         if num_classes > 0:
             nn.init.trunc_normal_(self.head.weight, std=0.02)
             nn.init.zeros_(self.head.bias)
+
+    # ---- hooks: the model names its own parameter groups and adapts checkpoints (engine/optim, interop) -----
+    def no_weight_decay(self) -> set[str]:
+        """Parameters that never decay, besides the ≤1-d ones: the position embedding and the class token are
+        embeddings, not weights; decaying them towards zero only hurts (as in timm, DeiT)."""
+        return {"pos_embed", "cls_token"}
+
+    @property
+    def num_layer_groups(self) -> int:
+        """How many layer ids `layer_id` hands out: the embeddings, each block, the final norm and head."""
+        return len(self.blocks) + 2
+
+    def layer_id(self, name: str) -> int:
+        """The depth of parameter `name` for layer-wise lr decay: 0 for the embeddings (patch projection, class
+        token, positions), i + 1 for block i, depth + 1 for everything after the blocks (final norm, head)."""
+        parts = name.split(".")
+        if parts[0] == "blocks":
+            return int(parts[1]) + 1
+        if parts[0] in ("patch_embed", "cls_token", "pos_embed"):
+            return 0
+        return len(self.blocks) + 1
+
+    def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A state dict changed where fine-tuning expects it to differ from this model: the position embedding is
+        resampled to this model's patch grid, and a head for another class count (or one this model lacks) gives
+        way to this model's fresh head, with a warning. Whatever else differs is left for the loader to report."""
+        state = dict(state)
+        target = self.state_dict()
+        if "pos_embed" in state and "pos_embed" in target and state["pos_embed"].shape != target["pos_embed"].shape:
+            P = self.num_prefix_tokens
+            old_n = state["pos_embed"].shape[1] - P
+            side = math.isqrt(old_n)
+            old_grid = (side, side) if side * side == old_n else None
+            state["pos_embed"] = resample_pos_embed(state["pos_embed"], self.patch_embed.grid_size, old_grid,
+                                                    num_prefix_tokens=P)
+        # another class count: the head's rows differ, its input width does not
+        head_keys = ("head.weight", "head.bias")
+        head_differs = (
+            "head.weight" in state and "head.weight" in target
+            and state["head.weight"].shape[0] != target["head.weight"].shape[0]
+            and state["head.weight"].shape[1:] == target["head.weight"].shape[1:]
+        )
+        head_absent = all(k in state for k in head_keys) and not any(k in target for k in head_keys)
+        if head_differs or head_absent:
+            warnings.warn(
+                f"the checkpoint's head has {state['head.weight'].shape[0]} classes, the model {self.num_classes}: "
+                f"keeping the body and starting a new head (the fine-tuning case)",
+                stacklevel=2,
+            )
+            for key in (f"{head}.{kind}" for head in self.head_names() for kind in ("weight", "bias")):
+                state.pop(key, None)
+                if key in target:
+                    state[key] = target[key]
+        return state
+
+    def head_names(self) -> tuple[str, ...]:
+        """The classifier modules, replaced together when a checkpoint's class count differs."""
+        return ("head",)
 
 
 # ---- presets: timm's names and sizes (ViT paper Table 1; Ti and S from DeiT) --------------------------------

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from .speed import autocast
+from ...engine.speed import autocast
 
 
 @torch.inference_mode()

@@ -1,0 +1,483 @@
+"""The one training loop. It knows no task: a task hands it a model, data and `loss(model, batch) -> dict`.
+
+    fit(task, model, data, config, run)
+
+The loop owns what every task needs, once:
+- AdamW (decay only where the model says it belongs, optional layer-wise lr decay) and a schedule, counted in
+  optimizer steps: warm-up then cosine, or the Transformer paper's warm-up then 1/√step;
+- a run's length in optimizer steps (`steps`) or in passes over the data (`epochs`, where the data has them);
+- gradient accumulation, clipping, bf16/fp16 autocast with the gradient scaler, `torch.compile`,
+  DistributedDataParallel under torchrun, an exponential moving average of the weights;
+- a progress bar, a metrics row at each evaluation, atomic checkpoints in a `RunDir`, the best checkpoint by
+  the metric the task names (`task.best = ("test_acc", "max")`), and exact resume: the data order, the data
+  stream's state and every RNG stream are saved, so a killed run continues draw for draw.
+
+A task's `loss` returns {"loss": total, other: logged}; the loop averages every key over the batches between
+two evaluations and logs it as `train_<key>`. A task with several optimizers (a GAN's generator and
+discriminator) names their parameters in `task.optimized_modules(model)` and writes `train_step(model, batch,
+stepper)`, which calls `stepper.backward(loss)` and `stepper.step(name)`: the scaler, the accumulation and the
+clipping stay here, in `Stepper`.
+
+Data: `data.train` is either an epoch loader (`len()` batches, `set_epoch(epoch)` fixes the order) or a stream
+(an endless iterator with `state_dict()` / `load_state_dict()`); `data.eval` is whatever `task.evaluate` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import random
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .distributed import DistInfo, all_reduce_sum, barrier, gather_objects
+from .ema import ModelEma
+from .optim import inverse_sqrt, inverse_sqrt_scale, param_groups, warmup_cosine
+from .options import check, check_choices, option
+from .run import RunDir
+from .speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_compile
+
+SCHEDULES = ("cosine", "inverse_sqrt")
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """The options every task shares. A task supplies its own defaults for them (`task.loop_defaults()`)."""
+
+    epochs: int | None = option(None, "the run's length in passes over the training data", default_text="the task's")
+    steps: int | None = option(None, "the run's length in optimizer steps, instead of epochs",
+                               default_text="the task's")
+    batch_size: int = option(64, "examples per batch, per process")
+    lr: float = option(1e-3, "peak learning rate, reached at the end of the warm-up")
+    weight_decay: float = option(0.05, "AdamW weight decay (never on biases, norms, embeddings and tokens)")
+    schedule: str = option("cosine", "learning-rate schedule: warm-up then cosine, or warm-up then 1/√step "
+                           "(Vaswani et al. §5.3)", choices=SCHEDULES)
+    warmup_epochs: float | None = option(None, "linear warm-up, in epochs", default_text="the task's")
+    warmup_steps: int | None = option(None, "linear warm-up, in optimizer steps (wins over warmup_epochs)",
+                                      default_text="the task's")
+    min_lr_ratio: float = option(0.01, "the cosine ends at lr × this")
+    betas: tuple[float, float] = option((0.9, 0.999), "AdamW's β1 β2", metavar="B")
+    adam_eps: float = option(1e-8, "AdamW's ε")
+    clip_grad: float = option(1.0, "max global gradient norm; 0 = off")
+    accum_steps: int = option(1, "add up the gradients of this many batches per optimizer step: effective batch "
+                              "= batch-size × accum-steps × processes")
+    bf16: bool = option(False, "bfloat16 autocast (slow on CPUs without native bf16, such as AVX2-only ones)")
+    fp16: bool = option(False, "float16 autocast with a gradient scaler (CUDA only)")
+    compile: bool = option(False, "torch.compile the model's forward pass (about 30 s per input shape on 2 CPU "
+                           "cores, measured to gain little on them)")
+    ema_decay: float = option(0.0, "keep and evaluate an exponential moving average of the weights, saved as "
+                              "ema.safetensors (e.g. 0.9998); 0 = off", metavar="D")
+    layer_decay: float | None = option(None, "layer-wise learning-rate decay for fine-tuning: block i of L trains "
+                                       "at lr·F^(L−i) (e.g. 0.75); off by default", metavar="F")
+    eval_every: int = option(1, "evaluate and checkpoint every this many epochs (every this many optimizer steps "
+                             "for data without epochs), and at the end", default_text="the task's")
+    max_epochs_this_run: int | None = option(None, "stop after this many epochs, to resume later")
+    max_steps_this_run: int | None = option(None, "stop after this many optimizer steps, to resume later")
+    seed: int = option(0, "seed for weights, data order and augmentation")
+    device: str = option("auto", "auto (CUDA if present), cpu, cuda or cuda:N")
+    threads: int | None = option(None, "torch CPU threads", default_text="torch's choice")
+    workers: int = option(0, "data-loading processes")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check(self.epochs is None or self.epochs >= 1, "epochs", "at least 1", self.epochs)
+        check(self.steps is None or self.steps >= 1, "steps", "at least 1", self.steps)
+        check(self.epochs is None or self.steps is None, "steps", "given without epochs (a run's length is one "
+              "or the other)", self.steps)
+        check(self.batch_size >= 1, "batch_size", "at least 1", self.batch_size)
+        check(self.lr > 0, "lr", "positive", self.lr)
+        check(self.weight_decay >= 0, "weight_decay", "0 or more", self.weight_decay)
+        check(self.warmup_epochs is None or self.warmup_epochs >= 0, "warmup_epochs", "0 or more", self.warmup_epochs)
+        check(self.warmup_steps is None or self.warmup_steps >= 0, "warmup_steps", "0 or more", self.warmup_steps)
+        check(self.schedule != "inverse_sqrt" or bool(self.warmup_steps), "warmup_steps",
+              "positive for the inverse_sqrt schedule", self.warmup_steps)
+        check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "in [0, 1]", self.min_lr_ratio)
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "two numbers in [0, 1)",
+              self.betas)
+        check(self.clip_grad >= 0, "clip_grad", "0 (off) or more", self.clip_grad)
+        check(self.accum_steps >= 1, "accum_steps", "at least 1", self.accum_steps)
+        check(not (self.bf16 and self.fp16), "fp16", "off when bf16 is on (choose one)", self.fp16)
+        check(self.ema_decay == 0 or 0 < self.ema_decay < 1, "ema_decay", "0 (off) or in (0, 1)", self.ema_decay)
+        check(self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "in (0, 1]", self.layer_decay)
+        check(self.eval_every >= 1, "eval_every", "at least 1", self.eval_every)
+        for name in ("max_epochs_this_run", "max_steps_this_run", "threads"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, name, "at least 1", value)
+        check(self.workers >= 0, "workers", "0 or more", self.workers)
+
+    @property
+    def precision(self) -> torch.dtype | None:
+        """The autocast dtype, or None for fp32."""
+        return torch.bfloat16 if self.bf16 else torch.float16 if self.fp16 else None
+
+
+@dataclass
+class TaskData:
+    """What `fit` trains on (`train`: an epoch loader or a stream) and what `task.evaluate` reads (`eval`)."""
+
+    train: Any
+    eval: Any
+
+
+def has_epochs(loader: Any) -> bool:
+    return hasattr(loader, "set_epoch") and hasattr(loader, "__len__")
+
+
+# ---- optimization: one optimizer and schedule per optimized module --------------------------------------------
+def build_optimization(model: nn.Module, config: LoopConfig, total_steps: int, warmup_steps: int):
+    """AdamW over the model's parameter groups and its LambdaLR schedule, stepped once per optimizer step."""
+    groups = param_groups(model, config.weight_decay, config.layer_decay)
+    for group in groups:
+        group["lr"] = config.lr * group["lr_scale"]
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.adam_eps)
+    if config.schedule == "inverse_sqrt":
+        scale = inverse_sqrt_scale(1.0, 1, warmup_steps)  # the paper's shape, peaking at 1 × lr
+        # LambdaLR counts from 0, the paper from 1
+        schedule = lambda step: inverse_sqrt(step + 1, 1, warmup_steps, scale)  # noqa: E731
+    else:
+        schedule = lambda step: warmup_cosine(step, total_steps, warmup_steps, config.min_lr_ratio)  # noqa: E731
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def schedule_length(config: LoopConfig, steps_per_epoch: int | None) -> tuple[int, int]:
+    """(total optimizer steps, warm-up steps) of a run."""
+    if config.steps is not None:
+        total = config.steps
+    elif steps_per_epoch is not None and config.epochs is not None:
+        total = config.epochs * steps_per_epoch
+    else:
+        raise ValueError("the training data is a stream without epochs: give the run's length as steps")
+    if config.warmup_steps is not None:
+        warmup = config.warmup_steps
+    else:
+        warmup = round((config.warmup_epochs or 0.0) * (steps_per_epoch or 0))
+    if config.schedule == "cosine":
+        warmup = min(warmup, total // 2)  # a warm-up longer than half the run would leave no room for the decay
+    return total, warmup
+
+
+class Stepper:
+    """The one backward and optimizer step: loss scaling, accumulation over `accum_steps` batches, clipping.
+
+    `stepping` is True on the last batch of an accumulation group; before it, `step` does nothing and the
+    gradients add up (each batch's loss is divided by accum_steps, so they add up to the mean)."""
+
+    def __init__(self, optimizers: dict[str, torch.optim.Optimizer], schedulers: dict[str, Any],
+                 modules: dict[str, nn.Module], scaler: torch.amp.GradScaler, config: LoopConfig) -> None:
+        self.optimizers, self.schedulers, self.modules = optimizers, schedulers, modules
+        self.scaler, self.accum, self.clip_grad = scaler, config.accum_steps, config.clip_grad
+        self.stepping = True
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"the loss became {loss.item()}; lower lr or keep clip_grad on")
+        self.scaler.scale(loss / self.accum).backward()
+
+    def step(self, name: str = "model") -> None:
+        """Unscale, clip, step and zero the gradients of optimizer `name`, and advance its schedule."""
+        if not self.stepping:
+            return
+        optimizer = self.optimizers[name]
+        if self.clip_grad > 0:
+            self.scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(self.modules[name].parameters(), self.clip_grad)
+        self.scaler.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        self.schedulers[name].step()
+
+    def lr(self) -> float:
+        return max(group["lr"] for optimizer in self.optimizers.values() for group in optimizer.param_groups)
+
+
+# ---- the loop --------------------------------------------------------------------------------------------------
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(as_tuple(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def as_tuple(value: Any) -> Any:
+    """Lists back to tuples (a Python RNG state comes back from torch.load as lists)."""
+    return tuple(as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def fit(task: Any, model: nn.Module, data: TaskData, config: LoopConfig, run: RunDir, *, resume: bool = False,
+        run_info: dict[str, Any] | None = None, dist: DistInfo | None = None) -> dict[str, Any]:
+    """Train `model` on `data.train` with `task.loss`, evaluate with `task.evaluate`; returns the last metrics row.
+
+    resume: continue from run/state.pt. run_info: what config.json records beside the loop's config. Only rank 0
+    of a torchrun launch writes files and prints."""
+    return _Loop(task, model, data, config, run, run_info or {}, dist).run(resume)
+
+
+class _Loop:
+    def __init__(self, task, model, data, config, run, run_info, dist) -> None:
+        self.task, self.model, self.data, self.config, self.run_dir = task, model, data, config, run
+        self.dist = dist or DistInfo()
+        self.device = self.dist.device
+        self.run_info = run_info
+        model.to(self.device)
+        train = data.train
+        self.epochs_data = has_epochs(train)
+        self.steps_per_epoch = None
+        if self.epochs_data:
+            if not 1 <= config.accum_steps <= len(train):
+                raise ValueError(f"accum_steps must be between 1 and the {len(train)} batches of an epoch, "
+                                 f"got {config.accum_steps}")
+            self.steps_per_epoch = len(train) // config.accum_steps
+        self.total_steps, warmup = schedule_length(config, self.steps_per_epoch)
+        if config.fp16 and self.device.type != "cuda":
+            raise ValueError("fp16 needs a CUDA device (float16 with a gradient scaler); on a CPU use bf16")
+        modules = task.optimized_modules(model)
+        optimizers, schedulers = {}, {}
+        for name, module in modules.items():
+            optimizers[name], schedulers[name] = build_optimization(module, config, self.total_steps, warmup)
+        self.ema = ModelEma(model, config.ema_decay) if config.ema_decay else None
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.fp16)
+        self.stepper = Stepper(optimizers, schedulers, modules, self.scaler, config)
+        self.step, self.best, self.elapsed_before = 0, None, 0.0
+
+    # -- state --------------------------------------------------------------------------------------------------
+    def _restore(self) -> None:
+        state = self.run_dir.load_state()
+        self.model.load_state_dict(state["model"])
+        for name, optimizer in self.stepper.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+            self.stepper.schedulers[name].load_state_dict(state["schedulers"][name])
+        self.scaler.load_state_dict(state["scaler"])
+        if self.ema is not None:
+            if "ema" not in state:
+                raise ValueError("ema_decay cannot be turned on when resuming a run that kept no EMA")
+            self.ema.load_state_dict(state["ema"])
+        self.step, self.best, self.elapsed_before = int(state["step"]), state["best"], float(state["elapsed_s"])
+        mine = self._rng_for_rank(state["per_rank"])
+        set_rng_state(mine["rng"])
+        if mine["data"] is not None:
+            self.data.train.load_state_dict(mine["data"])
+        if self.dist.is_main:
+            self.run_dir.keep_metrics(self.step)
+
+    def _rng_for_rank(self, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+        """This process's saved random state (and data stream); a run resumed with another number of processes cannot replay the
+        same draws, and says so."""
+        if len(per_rank) != self.dist.world_size:
+            if self.dist.is_main:
+                warnings.warn(f"the run was trained by {len(per_rank)} process(es) and resumes with "
+                              f"{self.dist.world_size}: it continues, but not draw for draw as the original would "
+                              f"have", stacklevel=4)
+            return per_rank[self.dist.rank % len(per_rank)]
+        return per_rank[self.dist.rank]
+
+    def _checkpoint(self, row: dict[str, Any]) -> None:
+        # each rank's random streams and data stream (a collective: every rank takes part)
+        data_state = None if self.epochs_data else self.data.train.state_dict()
+        per_rank = gather_objects({"rng": rng_state(), "data": data_state}, self.dist)
+        if self.dist.is_main:
+            metric, direction = self.task.best
+            value = row.get(metric)
+            improved = value is not None and (self.best is None or
+                                              (value > self.best if direction == "max" else value < self.best))
+            self.best = value if improved else self.best
+            run = self.run_dir
+            run.append_metrics(row)
+            provenance = {"step": str(row["step"]), **({"epoch": str(row["epoch"])} if "epoch" in row else {}),
+                          metric: str(row.get(metric, ""))}
+            run.save_weights("last", self.model, provenance)
+            if improved:
+                run.save_weights("best", self.model, provenance)
+            if self.ema is not None:
+                run.save_weights("ema", self.ema.module, provenance)
+            state = {
+                "model": self.model.state_dict(),
+                "optimizers": {n: o.state_dict() for n, o in self.stepper.optimizers.items()},
+                "schedulers": {n: s.state_dict() for n, s in self.stepper.schedulers.items()},
+                "scaler": self.scaler.state_dict(), "step": self.step, "best": self.best,
+                "elapsed_s": row["elapsed_s"], "per_rank": per_rank,
+            }
+            if self.ema is not None:
+                state["ema"] = self.ema.state_dict()
+            run.save_state(state)
+            run.plot_curves()  # at every checkpoint, so a run stopped early still has its picture
+            tqdm.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()
+                                   if not isinstance(v, dict)}))
+        barrier(self.dist)  # no rank runs ahead of a checkpoint it may have to resume from
+
+    # -- running ------------------------------------------------------------------------------------------------
+    def run(self, resume: bool) -> dict[str, Any]:
+        config, dist = self.config, self.dist
+        if resume:
+            self._restore()
+        else:
+            set_seed(config.seed + dist.rank)  # each process its own dropout and drop-path draws
+        if dist.is_main:
+            if not resume:
+                self.run_dir.file("metrics.jsonl").unlink(missing_ok=True)
+            self.run_dir.write_config({**self.run_info, "loop": dataclasses.asdict(config),
+                                       "world_size": dist.world_size})
+        if config.bf16 and not bf16_supported(self.device) and dist.is_main:
+            warnings.warn(f"bf16: {bf16_unsupported_reason(self.device)}", stacklevel=3)
+        # the compiled module shares `model`'s parameters; files are written from `model`, so keys stay plain
+        self.forward_model = maybe_compile(self.model, config.compile, dynamic=False)
+        self.train_model = self.forward_model
+        if dist.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.train_model = DistributedDataParallel(
+                self.forward_model, device_ids=[self.device] if self.device.type == "cuda" else None)
+        end = self._end_step()
+        if self.step >= end:
+            return self._nothing_to_do()
+        row: dict[str, Any] = {}
+        run_start = time.perf_counter()
+        self.model.train()
+        bar = tqdm(total=end, initial=self.step, dynamic_ncols=True, mininterval=1.0, leave=False,
+                   disable=not dist.is_main)
+        sums: dict[str, float] = {}
+        seen, batches, segment_start = 0, 0, time.perf_counter()
+        for batch, last_of_step in self._batches():
+            losses = self._train_on(batch, last_of_step)
+            for key, value in losses.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+            batches += 1
+            seen += self.task.num_samples(batch)
+            if not last_of_step:
+                continue
+            self.step += 1
+            bar.update(1)
+            if self.epochs_data:  # the epoch this step belongs to, of the epochs this schedule spans
+                epochs = -(-self.total_steps // self.steps_per_epoch)
+                bar.set_description(f"epoch {(self.step - 1) // self.steps_per_epoch + 1}/{epochs}", refresh=False)
+            bar.set_postfix(loss=f"{sums['loss'] / batches:.3f}", refresh=False)
+            if self._evaluation_due(end):
+                elapsed = time.perf_counter() - segment_start
+                row = self._row(sums, batches, seen, elapsed, run_start, evaluate=self._eval_due(end))
+                self._checkpoint(row)
+                sums, seen, batches, segment_start = {}, 0, 0, time.perf_counter()
+            if self.step >= end:
+                break
+        bar.close()
+        return row
+
+    def _end_step(self) -> int:
+        """Where this run stops: the schedule's end, or earlier with max_epochs/steps_this_run."""
+        end = self.total_steps
+        if self.config.max_steps_this_run is not None:
+            end = min(end, self.step + self.config.max_steps_this_run)
+        if self.config.max_epochs_this_run is not None and self.epochs_data:
+            end = min(end, (self._epoch() + self.config.max_epochs_this_run) * self.steps_per_epoch)
+        return end
+
+    def _epoch(self) -> int:
+        return self.step // self.steps_per_epoch
+
+    def _batches(self) -> Iterator[tuple[Any, bool]]:
+        """(batch, whether it completes an optimizer step), from where the run stands: a resumed epoch skips the
+        batches it already trained on (the order is fixed by (seed, epoch), so it sees the rest as before)."""
+        accum, train = self.config.accum_steps, self.data.train
+        if not self.epochs_data:
+            for i, batch in enumerate(train):
+                yield batch, (i + 1) % accum == 0
+            return
+        epoch, skip = self._epoch(), (self.step % self.steps_per_epoch) * accum
+        while True:
+            train.set_epoch(epoch)
+            usable = self.steps_per_epoch * accum  # a last incomplete accumulation is left out, like drop_last
+            for i, batch in enumerate(train):
+                if i == usable:
+                    break
+                if i >= skip:
+                    yield batch, (i + 1) % accum == 0
+            epoch, skip = epoch + 1, 0
+
+    def _train_on(self, batch: Any, last_of_step: bool) -> dict[str, torch.Tensor]:
+        stepper, model = self.stepper, self.train_model
+        stepper.stepping = last_of_step
+        batch = self._to_device(batch)
+        sync = contextlib.nullcontext() if last_of_step or not self.dist.distributed else model.no_sync()
+        with sync:
+            if getattr(self.task, "train_step", None) is not None:
+                with autocast(self.device, self.config.precision):
+                    losses = self.task.train_step(model, batch, stepper)
+            else:
+                with autocast(self.device, self.config.precision):
+                    losses = self.task.loss(model, batch)
+                stepper.backward(losses["loss"])
+                stepper.step("model")
+        if last_of_step:
+            self.scaler.update()
+            if self.ema is not None:
+                self.ema.update(self.model)
+        return {key: value.detach() for key, value in losses.items()}
+
+    def _to_device(self, batch: Any) -> Any:
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self.device, non_blocking=True)
+        if isinstance(batch, list | tuple):
+            return type(batch)(self._to_device(item) for item in batch)
+        if isinstance(batch, dict):
+            return {key: self._to_device(value) for key, value in batch.items()}
+        return batch
+
+    def _evaluation_due(self, end: int) -> bool:
+        """A checkpoint (and a metrics row) at each epoch's end, or every eval_every steps of a stream, and at the
+        end of the run."""
+        if self.step >= end:
+            return True
+        if self.epochs_data:
+            return self.step % self.steps_per_epoch == 0
+        return self.step % self.config.eval_every == 0
+
+    def _eval_due(self, end: int) -> bool:
+        if self.step >= end or not self.epochs_data:
+            return True
+        return (self._epoch() % self.config.eval_every) == 0
+
+    def _row(self, sums, batches, seen, elapsed, run_start, evaluate: bool) -> dict[str, Any]:
+        sums_all = all_reduce_sum([*sums.values(), batches, seen], self.dist)
+        *totals, batches_all, seen_all = sums_all
+        row: dict[str, Any] = {}
+        if self.epochs_data:
+            epoch = self.step / self.steps_per_epoch
+            row["epoch"] = int(epoch) if epoch.is_integer() else round(epoch, 4)
+        row.update({"step": self.step, "lr": self.stepper.lr()})
+        row.update({f"train_{key}": total / max(batches_all, 1) for key, total in zip(sums, totals)})
+        name = getattr(self.task, "sample_name", "samples")
+        row[f"train_{name}_per_s"] = seen_all / max(elapsed, 1e-9)
+        row["train_time_s"] = elapsed
+        if evaluate:
+            row.update(self.task.evaluate(self.forward_model, self.data.eval))
+            if self.ema is not None:
+                row.update({f"{k}_ema": v for k, v in self.task.evaluate(self.ema.module, self.data.eval).items()})
+            self.model.train()
+        row["elapsed_s"] = self.elapsed_before + time.perf_counter() - run_start
+        return row
+
+    def _nothing_to_do(self) -> dict[str, Any]:
+        if self.dist.is_main:
+            unit = f"{self.config.epochs} epochs" if self.config.steps is None else f"{self.config.steps} steps"
+            tqdm.write(f"nothing to do: the run in {self.run_dir.path} has finished its {unit} (pass a larger "
+                       f"epochs or steps with --resume to extend it)")
+        rows = self.run_dir.read_metrics()
+        return rows[-1] if rows else {}
+

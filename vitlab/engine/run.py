@@ -1,0 +1,211 @@
+"""A run folder: the one place that knows its files, and writes each of them so that a kill cannot damage it.
+
+    config.json        the task, its config, the loop's config and what the task records about its data
+    metrics.jsonl      one JSON object per evaluation (step, epoch, learning rate, training and held-out metrics)
+    last.safetensors   the weights after the latest evaluation, with the model's config (what eval/predict read)
+    best.safetensors   the weights of the best evaluation by the task's metric
+    ema.safetensors    the exponential moving average of the weights, when the run keeps one
+    state.pt           what `--resume` needs: model, optimizers, schedules, scaler, EMA, step, RNG streams
+    curves.png         the metrics against epochs (or steps)
+
+Every write goes to a temporary file in the same folder, is fsynced, then renamed over the old file: a reader
+sees the old file or the new one, never half of one. Metrics are appended (a line cut short by a kill is
+skipped when read) and truncated back to a checkpoint atomically. A damaged file raises `RunFileError`, which
+names the file, says what is wrong and what the user can do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE = "config.json", "metrics.jsonl", "state.pt", "curves.png"
+WEIGHT_NAMES = ("last", "best", "ema")
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE, *(f"{name}.safetensors" for name in WEIGHT_NAMES))
+
+
+class RunFileError(ValueError):
+    """A file of a run folder that exists but cannot be read: truncated, or not written by vitlab."""
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
+    """write(f) into a temporary file beside `path`, fsync, rename over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the file
+        os.replace(tmp, path)  # atomic on POSIX
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    _atomic_write(Path(path), lambda f: torch.save(obj, f))
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    _atomic_write(Path(path), lambda f: f.write(json.dumps(data, indent=2, default=str)), mode="w")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file; a last line cut short by a kill (and anything after it) is left out."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+class RunDir:
+    """The files of one run. Only rank 0 of a distributed run writes (the loop sees to it)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def weights_file(self, which: str = "last") -> Path:
+        return self.path / f"{which}.safetensors"
+
+    # -- starting and finding runs ----------------------------------------------------------------------------
+    def holds_run(self) -> bool:
+        return self.file(CONFIG_FILE).is_file() or self.file(STATE_FILE).is_file()
+
+    def prepare(self, overwrite: bool, extra_files: tuple[str, ...] = ()) -> None:
+        """A new run never mixes with an old one: refuse a folder that holds a run unless told to start over,
+        then remove every file a run writes (`extra_files`: the task's own, such as confusion.png)."""
+        if self.holds_run() and not overwrite:
+            raise ValueError(f"{self.path} already holds a run; continue it with --resume {self.path}, start it "
+                             f"over with --overwrite, or give another --out")
+        self.path.mkdir(parents=True, exist_ok=True)
+        for name in (*RUN_FILES, *extra_files):
+            self.file(name).unlink(missing_ok=True)
+        for leftover in self.path.glob(".*.tmp"):  # temporary files of a write that was killed
+            leftover.unlink(missing_ok=True)
+
+    # -- config.json -------------------------------------------------------------------------------------------
+    def write_config(self, config: dict[str, Any]) -> None:
+        write_json(self.file(CONFIG_FILE), config)
+
+    def read_config(self) -> dict[str, Any]:
+        path = self.file(CONFIG_FILE)
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.path} is not a vitlab run folder (no {CONFIG_FILE}); give the folder "
+                                    f"that `vitlab train --out` wrote")
+        try:
+            config = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise RunFileError(f"{path} is damaged: it is not valid JSON ({error}); it was edited or cut short. "
+                               f"Restore it, or start a new run from the weights with `vitlab train --weights "
+                               f"{self.weights_file()}`") from error
+        if not isinstance(config, dict):
+            raise RunFileError(f"{path} is damaged: expected a JSON object, found {type(config).__name__}")
+        return config
+
+    # -- metrics.jsonl -----------------------------------------------------------------------------------------
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        with self.file(METRICS_FILE).open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        path = self.file(METRICS_FILE)
+        return read_jsonl(path) if path.is_file() else []
+
+    def keep_metrics(self, until_step: int) -> None:
+        """Drop the rows after step `until_step` (a run killed after writing metrics but before its checkpoint)."""
+        rows = [row for row in self.read_metrics() if row["step"] <= until_step]
+        _atomic_write(self.file(METRICS_FILE), lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows)), "w")
+
+    # -- weights -----------------------------------------------------------------------------------------------
+    def save_weights(self, which: str, model: nn.Module, metadata: dict[str, str] | None = None) -> Path:
+        from ..interop.weights import save_weights
+
+        return save_weights(model, self.weights_file(which), metadata)
+
+    def load_model(self, which: str = "last") -> nn.Module:
+        """The model of `which` weights, rebuilt from the config stored in the file, in eval mode."""
+        from ..interop.weights import load_model
+
+        path = self._existing_weights(which)
+        try:
+            return load_model(path).eval()
+        except (FileNotFoundError, RunFileError):
+            raise
+        except Exception as error:
+            raise self._damaged_weights(path, error) from error
+
+    def read_weights(self, which: str = "last") -> dict[str, torch.Tensor]:
+        from ..interop.weights import read_state_dict
+
+        path = self._existing_weights(which)
+        try:
+            return read_state_dict(path)[0]
+        except Exception as error:
+            raise self._damaged_weights(path, error) from error
+
+    def _existing_weights(self, which: str) -> Path:
+        if which not in WEIGHT_NAMES:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHT_NAMES)}, got {which!r}")
+        path = self.weights_file(which)
+        if not path.is_file():
+            kept = [name for name in WEIGHT_NAMES if self.weights_file(name).is_file()]
+            hint = f"this run has {', '.join(kept)}" if kept else "the run has not reached its first evaluation yet"
+            raise FileNotFoundError(f"{path} is missing: {hint}")
+        return path
+
+    def _damaged_weights(self, path: Path, error: Exception) -> RunFileError:
+        others = [name for name in WEIGHT_NAMES if name != path.stem and self.weights_file(name).is_file()]
+        hint = (f"use the run's {' or '.join(others)} weights instead (--weights {others[0]})" if others
+                else "train again, or resume from state.pt with `vitlab train --resume`")
+        return RunFileError(f"{path} is damaged: it cannot be read as safetensors ({type(error).__name__}: "
+                            f"{error}); it was probably cut short by a full disk or a copy. {hint}")
+
+    # -- state.pt ----------------------------------------------------------------------------------------------
+    def save_state(self, state: dict[str, Any]) -> None:
+        atomic_torch_save(state, self.file(STATE_FILE))
+
+    def load_state(self) -> dict[str, Any]:
+        path = self.file(STATE_FILE)
+        if not path.is_file():
+            raise FileNotFoundError(f"nothing to resume in {self.path}: {STATE_FILE} is missing (the run stopped "
+                                    f"before its first checkpoint); start it again without --resume")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:
+            raise RunFileError(
+                f"{path} is damaged: it cannot be loaded ({type(error).__name__}: {error}), so the run cannot be "
+                f"resumed exactly. Start a new run from its weights instead: `vitlab train --weights "
+                f"{self.weights_file()} --out NEW_RUN_DIR`") from error
+        if not isinstance(state, dict) or "step" not in state:
+            raise RunFileError(f"{path} is damaged: it does not hold a vitlab training state (no 'step'); start a "
+                               f"new run from {self.weights_file()} with --weights")
+        return state
+
+    # -- curves.png --------------------------------------------------------------------------------------------
+    def plot_curves(self) -> Path | None:
+        from ..viz.curves import plot_metrics
+
+        rows = self.read_metrics()
+        if not rows:
+            return None
+        path = self.file(CURVES_FILE)
+        _atomic_write(path, lambda f: plot_metrics(rows, f))
+        return path

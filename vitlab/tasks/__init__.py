@@ -1,0 +1,10 @@
+"""One package per kind of training; each supplies a Task (tasks/base.py) to the one loop (engine/loop.py)."""
+
+from .base import Task
+from .classification import ClassificationTask
+from .launch import load_run, load_task, resume, train
+from .seq2seq import Seq2SeqTask
+
+TASKS: dict[str, type[Task]] = {task.name: task for task in (ClassificationTask, Seq2SeqTask)}
+
+__all__ = ["TASKS", "ClassificationTask", "Seq2SeqTask", "Task", "load_run", "load_task", "resume", "train"]

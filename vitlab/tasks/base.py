@@ -1,0 +1,68 @@
+"""What a task is: the seam between the one training loop (engine/loop.py) and what a kind of training adds.
+
+A task supplies
+    Config             its options, a frozen dataclass (one field per option, with default and help)
+    loop_defaults()    its defaults for the loop's shared options (epochs or steps, batch size, lr, ...)
+    build_data()       a TaskData: `train` (an epoch loader or a stream) and `eval` (what `evaluate` reads)
+    build_model()      the model, built from the config (after the data, which may fix classes and channels)
+    loss(model, batch) {"loss": the total, other keys: logged}; DETR's weight-dict pattern
+    evaluate(model, data) -> dict[str, float], reduced over processes
+    best               the metric that picks best.safetensors and its direction: ("test_acc", "max")
+and, optionally, `optimized_modules(model)` with `train_step(model, batch, stepper)` for several optimizers.
+For `vitlab eval` and `vitlab predict` it also knows how to evaluate a finished run and predict with it.
+It never writes its own loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import nn
+
+from ..engine.distributed import DistInfo
+from ..engine.loop import LoopConfig, TaskData
+
+
+class Task:
+    name: ClassVar[str]
+    Config: ClassVar[type]
+    best: ClassVar[tuple[str, str]]
+    sample_name: ClassVar[str] = "samples"  # what the training throughput counts ("images" -> train_images_per_s)
+    extra_files: ClassVar[tuple[str, ...]] = ()  # files the task writes into a run folder besides the loop's
+    resumable: ClassVar[tuple[str, ...]] = ()  # task options a resumed run may change
+
+    def __init__(self, config: Any, loop: LoopConfig | None = None, dist: DistInfo | None = None) -> None:
+        self.config = config
+        self.loop = loop or LoopConfig()
+        self.dist = dist or DistInfo()
+
+    @classmethod
+    def loop_defaults(cls, config: Any) -> dict[str, Any]:
+        return {}
+
+    def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
+        """`saved`: the data record of the run being resumed (its `run_info()["data"]`), or None."""
+        raise NotImplementedError
+
+    def build_model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module, data: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def optimized_modules(self, model: nn.Module) -> dict[str, nn.Module]:
+        """One optimizer per entry; `train_step` steps them by name."""
+        return {"model": model}
+
+    def num_samples(self, batch: Any) -> int:
+        return len(batch[0]) if isinstance(batch, list | tuple) else len(batch)
+
+    def run_info(self) -> dict[str, Any]:
+        """What config.json records about the data, beside the configs (classes, sizes, ...)."""
+        return {}
+
+    def check_resume(self, saved: dict[str, Any]) -> None:
+        """Refuse to resume on data other than the run's own (`saved` is the run's config.json)."""

@@ -1,0 +1,4 @@
+from .config import ClassificationConfig
+from .task import ClassificationTask
+
+__all__ = ["ClassificationConfig", "ClassificationTask"]

@@ -1,0 +1,77 @@
+"""The options of image classification (ViT, DeiT, the ResNet teacher): data, model and DeiT's recipe."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ...engine.options import check, check_choices, option
+from .recipes import recipe_for
+
+RECIPE = "the data's recipe"
+
+
+@dataclass(frozen=True)
+class ClassificationConfig:
+    data: str = option("fashion-mnist", "'fashion-mnist' or a folder of class sub-folders")
+    data_dir: str | None = option(None, "where Fashion-MNIST's files are",
+                                  default_text="$VITLAB_DATA, /usr/share/datasets, then download")
+    model: str | None = option(None, "registered model name (`vitlab models` lists them)", default_text=RECIPE)
+    model_overrides: dict[str, Any] = option(help="model config fields to change", cli=False, default_factory=dict)
+    weights: str | None = option(None, "start from these weights (a run folder or a checkpoint file of any "
+                                 "supported format; a head of another class count is replaced)", metavar="PATH",
+                                 default_text="random")
+    img_size: int | None = option(None, "image side the model sees", default_text=RECIPE)
+    crop_padding: int | None = option(None, "random shift of up to this many pixels; folders without it use "
+                                      "random-resized crops", default_text=RECIPE)
+    hflip: bool = option(True, "random horizontal flips", flag="--no-hflip")
+    val_fraction: float = option(0.1, "share of a folder without train/ and test/ held out for evaluation")
+    skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping")
+    allow_partial_data: bool = option(False, "accept a Fashion-MNIST copy with fewer images than the official "
+                                      "60,000/10,000")
+    label_smoothing: float = option(0.1, "label smoothing ε of the cross-entropy")
+    drop_path: float | None = option(None, "stochastic depth rate", default_text=RECIPE)
+    # DeiT's recipe (Touvron et al. 2021); each piece is off unless given
+    randaugment: int = option(0, "RandAugment of magnitude M (0..30; DeiT: 9); 0 = off", metavar="M")
+    randaugment_ops: int = option(2, "RandAugment operations per image", metavar="N")
+    random_erasing: float = option(0.0, "erase a random box of each image with probability P (DeiT: 0.25)",
+                                   metavar="P")
+    mixup: float = option(0.0, "Mixup with Beta(α, α) (DeiT: 0.8); with cutmix too, each batch uses one of the "
+                          "two; 0 = off", metavar="ALPHA")
+    cutmix: float = option(0.0, "CutMix with Beta(α, α) (DeiT: 1.0); 0 = off", metavar="ALPHA")
+    repeated_aug: int = option(1, "show each image N times per epoch, differently augmented, in the same batch "
+                               "(DeiT: 3); 1 = off", metavar="N")
+    distill: str = option("none", "learn from the teacher too: soft (KL at temperature τ) or hard (the teacher's "
+                          "argmax as a label)", choices=("none", "soft", "hard"))
+    teacher: str | None = option(None, "run folder (or vitlab .safetensors) of the frozen teacher for distill",
+                                 metavar="RUN_DIR")
+    distill_alpha: float = option(0.5, "weight of the distillation term (the paper's soft setting: 0.1)",
+                                  metavar="A")
+    distill_tau: float = option(1.0, "temperature of soft distillation (the paper's soft setting: 3.0)",
+                                metavar="T")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        check(self.img_size is None or self.img_size >= 1, "img_size", "at least 1", self.img_size)
+        check(self.crop_padding is None or self.crop_padding >= 0, "crop_padding", "0 or more", self.crop_padding)
+        check(0 < self.val_fraction < 1, "val_fraction", "in (0, 1)", self.val_fraction)
+        check(0 <= self.label_smoothing < 1, "label_smoothing", "in [0, 1)", self.label_smoothing)
+        check(self.drop_path is None or 0 <= self.drop_path < 1, "drop_path", "in [0, 1)", self.drop_path)
+        check(0 <= self.randaugment <= 30, "randaugment", "a magnitude in 0 (off)..30", self.randaugment)
+        check(self.randaugment_ops >= 1, "randaugment_ops", "at least 1", self.randaugment_ops)
+        check(0 <= self.random_erasing <= 1, "random_erasing", "a probability in [0, 1]", self.random_erasing)
+        check(self.mixup >= 0, "mixup", "0 (off) or more", self.mixup)
+        check(self.cutmix >= 0, "cutmix", "0 (off) or more", self.cutmix)
+        check(self.repeated_aug >= 1, "repeated_aug", "1 (off) or more", self.repeated_aug)
+        check(0 <= self.distill_alpha <= 1, "distill_alpha", "in [0, 1]", self.distill_alpha)
+        check(self.distill_tau > 0, "distill_tau", "positive", self.distill_tau)
+        if (self.distill != "none") != bool(self.teacher):
+            raise ValueError(f"distill {self.distill!r} and teacher go together: give distill soft|hard with a "
+                             f"teacher run folder (--distill soft --teacher RUN_DIR), or neither")
+
+    def resolved(self) -> ClassificationConfig:
+        """The config with the data's recipe filled in where an option was left unset."""
+        recipe = recipe_for(self.data)["task"]
+        unset = {key: value for key, value in recipe.items() if getattr(self, key) is None}
+        return dataclasses.replace(self, **unset)

@@ -1,0 +1,216 @@
+"""Image classification on the loop: ViT, DeiT (distillation, Mixup/CutMix, EMA, layer decay) and the ResNet
+teacher, on Fashion-MNIST or a folder of class sub-folders.
+
+loss = DeiT's objective (engine/distill.py): label-smoothed cross-entropy, plus the teacher's term when
+distilling; the best checkpoint has the highest held-out accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ...data.registry import DatasetBundle, build_datasets
+from ...data.transforms import random_shift_crop_flip
+from ...engine.augment import compose, mixup_cutmix, rand_augment, random_erasing
+from ...engine.distill import DistillationLoss
+from ...engine.distributed import DistInfo, all_reduce_sum
+from ...engine.loaders import EpochDataLoader, TensorLoader
+from ...engine.loop import TaskData
+from ...models.registry import create_model
+from ..base import Task
+from .config import ClassificationConfig
+from .evaluate import evaluate
+from .recipes import recipe_for
+
+
+def _absolute(path: str | None) -> str | None:
+    return str(Path(path).expanduser().resolve()) if path else None
+
+
+class ClassificationTask(Task):
+    name: ClassVar[str] = "classification"
+    Config: ClassVar[type] = ClassificationConfig
+    best: ClassVar[tuple[str, str]] = ("test_acc", "max")
+    sample_name: ClassVar[str] = "images"
+    extra_files: ClassVar[tuple[str, ...]] = ("confusion.png",)
+    resumable: ClassVar[tuple[str, ...]] = ("data_dir",)
+
+    def __init__(self, config: ClassificationConfig, loop=None, dist: DistInfo | None = None) -> None:
+        config = config.resolved()
+        data = config.data
+        if Path(data).expanduser().is_dir():
+            data = _absolute(data)  # so resume, eval and predict work from any directory
+        config = dataclasses.replace(config, data=data, data_dir=_absolute(config.data_dir),
+                                     weights=_absolute(config.weights), teacher=_absolute(config.teacher))
+        super().__init__(config, loop, dist)
+        self.bundle: DatasetBundle | None = None
+
+    @classmethod
+    def loop_defaults(cls, config: ClassificationConfig) -> dict[str, Any]:
+        return recipe_for(config.data)["loop"]
+
+    # -- data ----------------------------------------------------------------------------------------------------
+    def datasets(self, augment: bool = True, saved: dict[str, Any] | None = None, data: str | None = None,
+                 data_dir: str | None = None) -> DatasetBundle:
+        """The train and test sets; `saved`: a run's recorded data, whose preprocessing is reused."""
+        c = self.config
+        kept = {"channels": saved["channels"], "mean": saved["mean"], "std": saved["std"]} if saved else {}
+        return build_datasets(
+            data or c.data, data_dir=data_dir or c.data_dir, val_fraction=c.val_fraction, img_size=c.img_size,
+            skip_bad_images=c.skip_bad_images, seed=self.loop.seed, crop_padding=c.crop_padding, hflip=c.hflip,
+            strict_counts=not c.allow_partial_data, augment=augment,
+            randaugment=(c.randaugment_ops, c.randaugment) if c.randaugment else None,
+            random_erasing=c.random_erasing, **kept,
+        )
+
+    def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
+        self.bundle = self.datasets(saved=saved)
+        return TaskData(*self.loaders(self.bundle))
+
+    def loaders(self, bundle: DatasetBundle, eval_batch_size: int = 256):
+        """Fashion-MNIST: in-memory batches with batched shift + flip; folders: a DataLoader over the datasets.
+        In a distributed run each process gets its shard of both (the training shards padded to equal length)."""
+        c, loop, dist = self.config, self.loop, self.dist
+        shard = {"num_replicas": dist.world_size, "rank": dist.rank}
+        batch, repeats, seed = loop.batch_size, c.repeated_aug, loop.seed
+        if bundle.name == "fashion-mnist" and c.img_size == 28:
+            pad, hflip = c.crop_padding or 0, c.hflip
+            deit_ops = compose(
+                rand_augment(c.randaugment_ops, c.randaugment) if c.randaugment else None,
+                random_erasing(c.random_erasing) if c.random_erasing else None,
+            )
+
+            def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+                if pad or hflip:
+                    x = random_shift_crop_flip(x, pad, hflip=hflip, generator=generator)
+                return deit_ops(x) if deit_ops is not None else x
+
+            common = {"mean": bundle.mean, "std": bundle.std, "channels": bundle.channels}
+            train = TensorLoader(bundle.train.images, bundle.train.labels, batch, shuffle=True, drop_last=True,
+                                 augment=augment, seed=seed, repeats=repeats, **shard, **common)
+            test = TensorLoader(bundle.test.images, bundle.test.labels, eval_batch_size, pad=False, **shard,
+                                **common)
+            return train, test
+        train = EpochDataLoader(bundle.train, batch, shuffle=True,
+                                drop_last=len(bundle.train) > batch * dist.world_size, num_workers=loop.workers,
+                                seed=seed, repeats=repeats, **shard)
+        test = EpochDataLoader(bundle.test, eval_batch_size, num_workers=loop.workers, pad=False, **shard)
+        return train, test
+
+    def run_info(self) -> dict[str, Any]:
+        b, c = self.bundle, self.config
+        dataset = getattr(b.train, "dataset", b.train)
+        return {"data": {"name": c.data, "data_dir": c.data_dir, "classes": b.classes, "num_train": len(b.train),
+                         "num_test": len(b.test), "channels": b.channels, "img_size": b.img_size,
+                         "mean": list(b.mean), "std": list(b.std), "val_fraction": c.val_fraction,
+                         "skipped_images": int(getattr(dataset, "num_skipped", 0))}}
+
+    def check_resume(self, saved: dict[str, Any]) -> None:
+        data, b = saved["data"], self.bundle
+        if b.classes != data["classes"] or len(b.train) != data.get("num_train", len(b.train)):
+            raise ValueError(
+                f"the data of this run changed since it started (classes {data['classes']}, "
+                f"{data.get('num_train')} training images; now {b.classes}, {len(b.train)}); resume on the same "
+                f"data or start a new run")
+
+    # -- model and loss ------------------------------------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        from ...interop.weights import load_weights
+
+        c, b = self.config, self.bundle
+        model = create_model(c.model, num_classes=b.num_classes, in_chans=b.channels, img_size=b.img_size,
+                             drop_path_rate=c.drop_path, **c.model_overrides)
+        if c.weights:
+            load_weights(model, weights_file(c.weights))
+        teacher = load_teacher(c.teacher, b).to(self.dist.device) if c.teacher else None
+        self.criterion = DistillationLoss(teacher, c.distill, c.distill_alpha, c.distill_tau, c.label_smoothing)
+        self.mix = mixup_cutmix(c.mixup, c.cutmix, b.num_classes)
+        return model
+
+    def loss(self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """images (B, C, H, W), labels (B,) -> the loss, and the training accuracy (against the mixed label's
+        argmax under Mixup/CutMix)."""
+        images, labels = batch
+        targets = labels
+        if self.mix is not None:
+            images, targets = self.mix(images, labels)  # targets: (B, K) probabilities
+        outputs = model(images)  # logits (B, K), or a DistilledOutput from a distilled DeiT in training
+        loss = self.criterion(images, outputs, targets)
+        with torch.no_grad():
+            logits = mean_logits(outputs)  # as at evaluation
+            truth = targets.argmax(-1) if targets.ndim == 2 else targets
+            acc = (logits.argmax(-1) == truth).float().mean()
+        return {"loss": loss, "acc": acc}
+
+    def evaluate(self, model: nn.Module, data) -> dict[str, float]:
+        """Loss and accuracy over the whole held-out set, each process evaluating its shard."""
+        num_classes = self.bundle.num_classes
+        result = evaluate(model, data, device=self.dist.device, bf16=self.loop.bf16,
+                          num_classes=num_classes) if len(data) else None
+        n = result["num_images"] if result else 0
+        loss_sum = result["loss"] * n if result else 0.0
+        right = sum(row[i] for i, row in enumerate(result["confusion"])) if result else 0
+        loss_sum, right, n = all_reduce_sum([loss_sum, right, n], self.dist)
+        return {"test_loss": loss_sum / max(n, 1), "test_acc": right / max(n, 1)}
+
+
+def mean_logits(outputs: Any) -> torch.Tensor:
+    """A distilled DeiT's two heads averaged (what it predicts with in evaluation); plain logits as they are."""
+    if hasattr(outputs, "averaged"):
+        return outputs.averaged()
+    if isinstance(outputs, tuple):
+        return (outputs[0] + outputs[1]) / 2
+    return outputs
+
+
+def weights_file(path: str) -> str:
+    """A run folder stands for its best weights (its last if it kept no best)."""
+    folder = Path(path)
+    if folder.is_dir() and (folder / "config.json").is_file():
+        for name in ("best.safetensors", "last.safetensors"):
+            if (folder / name).is_file():
+                return str(folder / name)
+        raise FileNotFoundError(f"{folder} is a run folder without weights yet: it has not finished an epoch")
+    return path
+
+
+def load_teacher(path: str, bundle: DatasetBundle) -> nn.Module:
+    """The frozen teacher of a distillation run: a run folder (its best weights) or a vitlab .safetensors file.
+
+    It must see the student's inputs as it saw its own: the same image size, channels, normalisation and classes.
+    """
+    from ...engine.distill import freeze
+    from ...engine.run import RunDir
+    from ...interop.weights import load_model
+
+    folder = Path(path)
+    if not folder.exists():
+        raise FileNotFoundError(f"teacher {path} does not exist; give the run folder of a trained teacher "
+                                f"(e.g. `vitlab train --model resnet18_28 --out runs/teacher`)")
+    teacher = load_model(weights_file(path))
+    if folder.is_dir():
+        seen = RunDir(folder).read_config()["data"]
+        mine = {"img_size": bundle.img_size, "channels": bundle.channels, "classes": bundle.classes,
+                "mean": list(bundle.mean), "std": list(bundle.std)}
+        differs = {key: (seen[key], value) for key, value in mine.items() if not _close(seen.get(key), value)}
+        if differs:
+            detail = "; ".join(f"{key}: teacher {a}, student {b}" for key, (a, b) in differs.items())
+            raise ValueError(f"the teacher in {path} was trained on other inputs than this run's ({detail}); "
+                             f"train the teacher on the same data and image size")
+    classes = getattr(teacher, "num_classes", None)
+    if classes != bundle.num_classes:
+        raise ValueError(f"the teacher predicts {classes} classes, the data has {bundle.num_classes}")
+    return freeze(teacher)
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and abs(float(a) - float(b)) < 1e-6
+    return a == b

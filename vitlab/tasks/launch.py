@@ -1,0 +1,140 @@
+"""From options to a trained run folder, and from a run folder back to its task and model.
+
+    result = train(data="fashion-mnist", out="runs/fm")                 # the default recipe
+    result = train(task="seq2seq", problem="reverse", out="runs/rev")
+    resume("runs/fm", epochs=12)                                       # continue, or extend, a stopped run
+    model, task = load_run("runs/fm")
+
+Options are the fields of the task's config and of the loop's (`LoopConfig`); each is resolved once, in this
+order: what the caller gave, the task's recipe for its data, the dataclass default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..engine.distributed import barrier, broadcast_object, init_distributed
+from ..engine.loop import LoopConfig, fit
+from ..engine.options import from_dict, split_options
+from ..engine.run import RunDir
+from .base import Task
+
+# loop options a resumed run may change; the rest must stay what the run started with
+RESUMABLE = ("epochs", "steps", "max_epochs_this_run", "max_steps_this_run", "device", "threads", "compile",
+             "workers")
+
+
+def get_task(name: str) -> type[Task]:
+    from . import TASKS
+
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def loop_config(task_cls: type[Task], config: Any, given: dict[str, Any]) -> LoopConfig:
+    """The loop's options: the caller's, over the task's defaults. A run's length is epochs or steps: giving
+    one replaces the default of the other."""
+    defaults = dict(task_cls.loop_defaults(config))
+    if "steps" in given:
+        defaults.pop("epochs", None)
+    if "epochs" in given:
+        defaults.pop("steps", None)
+    if "warmup_epochs" in given:
+        defaults.pop("warmup_steps", None)
+    return LoopConfig(**{**defaults, **given})
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device cuda was asked for, but torch sees no CUDA device here; use device cpu")
+    return torch.device(device)
+
+
+def train(task: str = "classification", *, out: str | None = None, overwrite: bool = False,
+          **options: Any) -> dict[str, Any]:
+    """Train a new run; returns the last metrics row plus `run_dir`. `options`: fields of the task's config and
+    of LoopConfig (`train(epochs=2, model="vit_mini_patch7_28", lr=1e-3)`)."""
+    cls = get_task(task)
+    task_options, loop_options = split_options(options, cls.Config, LoopConfig)
+    config = cls.Config(**task_options)
+    return _run(cls, config, loop_config(cls, config, loop_options), out, overwrite=overwrite, saved=None)
+
+
+def resume(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
+    """Continue a stopped run from its last checkpoint, with its own options; only the loop's RESUMABLE options
+    and the task's `resumable` ones may change (None keeps the saved value). A larger `epochs` or `steps`
+    extends the run: the schedule is stretched to the new end."""
+    run = RunDir(run_dir)
+    saved = run.read_config()
+    cls = get_task(saved.get("task", "classification"))
+    changes = {key: value for key, value in changes.items() if value is not None}
+    fixed = sorted(key for key in changes if key not in RESUMABLE + cls.resumable)
+    if fixed:
+        raise ValueError(f"a resumed run keeps its options; only {', '.join(RESUMABLE + cls.resumable)} may change, "
+                         f"not {', '.join(fixed)}")
+    task_changes, loop_changes = split_options(changes, cls.Config, LoopConfig)
+    config = dataclasses.replace(from_dict(cls.Config, saved["config"]), **task_changes)
+    loop = from_dict(LoopConfig, saved["loop"])
+    if "epochs" in loop_changes:
+        loop = dataclasses.replace(loop, steps=None)
+    if "steps" in loop_changes:
+        loop = dataclasses.replace(loop, epochs=None)
+    # this stop's limits apply to this stop only
+    loop = dataclasses.replace(loop, max_epochs_this_run=None, max_steps_this_run=None, **loop_changes)
+    return _run(cls, config, loop, str(run.path), overwrite=False, saved=saved)
+
+
+def _run(cls: type[Task], config: Any, loop: LoopConfig, out: str | None, overwrite: bool,
+         saved: dict[str, Any] | None) -> dict[str, Any]:
+    threads_before = torch.get_num_threads()
+    if loop.threads:
+        torch.set_num_threads(loop.threads)  # same threads, same float reductions: a resume must keep them
+    try:
+        dist = init_distributed(resolve_device(loop.device))
+        task = cls(config, loop, dist)
+        # every process writes to the folder rank 0 names (a default name holds a timestamp)
+        default = f"runs/{cls.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run = RunDir(broadcast_object(out or default, dist))
+        if saved is None and dist.is_main:
+            run.prepare(overwrite, cls.extra_files)
+        barrier(dist)
+        data = task.build_data(saved=saved.get("data") if saved else None)
+        if saved is not None:
+            task.check_resume(saved)
+        torch.manual_seed(loop.seed)
+        model = task.build_model()
+        info = {"task": cls.name, "config": dataclasses.asdict(task.config), **task.run_info(),
+                "model_config": model_config(model)}
+        metrics = fit(task, model, data, loop, run, resume=saved is not None, run_info=info, dist=dist)
+        return {**metrics, "run_dir": str(run.path)}
+    finally:
+        torch.set_num_threads(threads_before)  # leave the process as it was (a notebook, a test session)
+
+
+def model_config(model: nn.Module) -> dict[str, Any]:
+    from ..models.registry import config_to_dict
+
+    return {"name": getattr(model, "model_name", None), **config_to_dict(model.config)}
+
+
+def load_task(run_dir: str | Path) -> tuple[Task, dict[str, Any]]:
+    """The task of a run folder, rebuilt from its config.json (no data is read), and that config."""
+    saved = RunDir(run_dir).read_config()
+    cls = get_task(saved.get("task", "classification"))
+    loop = from_dict(LoopConfig, saved.get("loop", {}))
+    return cls(from_dict(cls.Config, saved.get("config", {})), loop), saved
+
+
+def load_run(run_dir: str | Path, which: str = "last") -> tuple[nn.Module, dict[str, Any]]:
+    """The trained model of a run folder (`last`, `best` or `ema` weights, in eval mode) and its config.json."""
+    saved = RunDir(run_dir).read_config()
+    return RunDir(run_dir).load_model(which), saved
