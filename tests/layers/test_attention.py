@@ -2,6 +2,8 @@ import math
 
 import pytest
 import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vitlab.layers.attention import MultiHeadAttention, explicit_attention
 
@@ -37,9 +39,9 @@ def test_fused_equals_explicit_cross_attention(mask_kind):
     fused, explicit = make_pair(qkv_bias=True)
     x, context = torch.randn(2, 5, 32), torch.randn(2, 9, 32)
     mask = masks(2, 4, 5, 9)[mask_kind]
-    out = fused(x, context=context, attn_mask=mask)
+    out = fused(x, context, attn_mask=mask)  # keys and values from the context
     assert out.shape == (2, 5, 32)
-    torch.testing.assert_close(out, explicit(x, context=context, attn_mask=mask), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, explicit(x, context, attn_mask=mask), atol=1e-5, rtol=1e-5)
 
 
 def test_cross_attention_uses_the_qkv_slices():
@@ -54,7 +56,7 @@ def test_cross_attention_uses_the_qkv_slices():
         p = torch.softmax(q[0, :, s] @ k[0, :, s].T / 2.0, dim=-1)  # √d_k = √4
         heads.append(p @ v[0, :, s])
     expected = torch.cat(heads, dim=-1) @ attn.proj.weight.T + attn.proj.bias
-    torch.testing.assert_close(attn(x, context=context)[0], expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(attn(x, context)[0], expected, atol=1e-6, rtol=1e-5)
 
 
 def test_tiny_case_equals_formula_by_hand():
@@ -130,3 +132,203 @@ def test_attention_dropout_only_in_training():
     a = attn(x)
     torch.manual_seed(1)
     assert not torch.allclose(a, attn(x))
+
+
+# ---- against torch.nn.MultiheadAttention with the same weights ------------------------------------------------
+
+def torch_twin(ours):
+    """torch.nn.MultiheadAttention (batch_first) holding our weights: qkv -> in_proj, proj -> out_proj."""
+    theirs = nn.MultiheadAttention(ours.dim, ours.num_heads, bias=True, batch_first=True).eval()
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(ours.qkv.weight)
+        theirs.in_proj_bias.copy_(ours.qkv.bias)
+        theirs.out_proj.weight.copy_(ours.proj.weight)
+        theirs.out_proj.bias.copy_(ours.proj.bias)
+    return theirs
+
+
+def inputs(kind, B=3, N=5, M=7, D=32, seed=2):
+    """query, key, value as `kind` says: "self" (key = value = None), "kv" (one tensor for both), "qkv" (three)."""
+    g = torch.Generator().manual_seed(seed)
+    query = torch.randn(B, N, D, generator=g)
+    if kind == "self":
+        return query, None, None
+    key = torch.randn(B, M, D, generator=g)
+    return query, key, (key if kind == "kv" else torch.randn(B, M, D, generator=g))
+
+
+def torch_masks(mask_kind, padded, B, heads, N, M):
+    """Ours (True = may attend, (B, heads, N, M); padding (B, M), True = padded) and torch's equivalents
+    (attn_mask True = blocked, (B·heads, N, M)). Key 0 is never masked nor padded, so no row is empty (torch gives NaN)."""
+    g = torch.Generator().manual_seed(3)
+    allowed = torch.rand(B, heads, N, M, generator=g) > 0.4
+    allowed[..., 0] = True
+    if mask_kind == "none":
+        ours = theirs = None
+    elif mask_kind == "bool":
+        ours, theirs = allowed, ~allowed.reshape(B * heads, N, M)
+    else:  # additive: random finite biases, -inf where blocked
+        ours = torch.randn(B, heads, N, M, generator=g).masked_fill(~allowed, float("-inf"))
+        theirs = ours.reshape(B * heads, N, M)
+    padding = torch_padding = None
+    if padded:
+        padding = torch.zeros(B, M, dtype=torch.bool)
+        padding[1, M - 3:] = True  # the second sample's last three keys are padding
+        padding[2, 1] = True
+        # torch wants both masks of one type: with a float attn_mask, the padding as -inf to add
+        torch_padding = padding if mask_kind != "float" else torch.zeros(B, M).masked_fill(padding, float("-inf"))
+    return ours, theirs, padding, torch_padding
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("kind", ["self", "kv", "qkv"])
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_equals_torch_multihead_attention(fused, kind, mask_kind, padded):
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(32, 4, qkv_bias=True, fused=fused).eval()
+    theirs = torch_twin(ours)
+    query, key, value = inputs(kind)
+    B, N, _ = query.shape
+    M = N if key is None else key.shape[1]
+    mask, torch_mask, padding, torch_padding = torch_masks(mask_kind, padded, B, 4, N, M)
+    got = ours(query, key, value, attn_mask=mask, key_padding_mask=padding)
+    expected, expected_probs = theirs(query, query if key is None else key, query if value is None else value,
+                                      attn_mask=torch_mask, key_padding_mask=torch_padding,
+                                      average_attn_weights=False)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    if not fused:  # the explicit path hands back the probabilities torch computes
+        _, probs = ours(query, key, value, attn_mask=mask, key_padding_mask=padding, return_attn=True)
+        torch.testing.assert_close(probs, expected_probs, atol=1e-6, rtol=1e-5)
+        if padding is not None:
+            assert (probs.masked_select(padding[:, None, None, :].expand_as(probs)) == 0).all()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_gradients_equal_torch_for_three_sources(fused):
+    """Queries, keys and values from three tensors of two lengths: every input and every weight slice gets
+    torch's gradient."""
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(32, 4, qkv_bias=True, fused=fused).train()
+    theirs = torch_twin(ours).train()
+    q1, k1, v1 = (t.requires_grad_() for t in inputs("qkv", N=4, M=6))
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q1, k1, v1))
+    padding = torch.zeros(3, 6, dtype=torch.bool)
+    padding[0, 4:] = True
+    ours(q1, k1, v1, key_padding_mask=padding).square().sum().backward()
+    theirs(q2, k2, v2, key_padding_mask=padding, need_weights=False)[0].square().sum().backward()
+    for got, expected in ((q1, q2), (k1, k2), (v1, v2)):
+        assert got.grad.abs().sum() > 0
+        torch.testing.assert_close(got.grad, expected.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours.qkv.weight.grad, theirs.in_proj_weight.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours.qkv.bias.grad, theirs.in_proj_bias.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours.proj.weight.grad, theirs.out_proj.weight.grad, atol=1e-5, rtol=1e-4)
+    assert (k1.grad[0, 4:] == 0).all() and (v1.grad[0, 4:] == 0).all()  # padded keys and values learn nothing
+
+
+def test_separate_values_are_not_the_keys():
+    """Values from a third tensor really replace the keys' tokens as values (DETR: keys carry positions)."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 2, qkv_bias=True).eval()
+    query, key, value = inputs("qkv", D=16)
+    assert not torch.allclose(attn(query, key, value), attn(query, key))
+    torch.testing.assert_close(attn(query, key, key), attn(query, key))
+
+
+class _MatmulCount(TorchDispatchMode):
+    """Counts the matrix products (linear layers) a call runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in ("addmm", "mm"):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_projections_share_a_matmul_when_sources_are_the_same_tensor():
+    """Self-attention: one matmul for q, k, v plus the output projection; keys = values: two plus one; q = k
+    (DETR's x + pos) with other values: two plus one; three different tensors: three plus one."""
+    attn = MultiHeadAttention(16, 2, qkv_bias=True).eval()
+    x, y, z = torch.randn(2, 3, 16), torch.randn(2, 4, 16), torch.randn(2, 4, 16)
+    for args, expected in (((x,), 2), ((x, x, x), 2), ((x, y), 3), ((x, y, y), 3), ((y, y, z), 3), ((x, y, z), 4)):
+        with torch.no_grad(), _MatmulCount() as counter:
+            attn(*args)
+        assert counter.count == expected, (len(args), counter.count)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("how", ["padding", "bool", "float"])
+def test_a_query_with_no_key_gets_zero_attention_and_no_nan(fused, how):
+    """Sample 1 has every key padded (or every key masked for query 2): those rows' attention is zero, so their
+    output is the output projection's bias; the other rows are unchanged, and gradients stay finite."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(32, 4, qkv_bias=True, fused=fused).train()
+    query, key, value = (t.requires_grad_() for t in inputs("qkv", B=2, N=3, M=5))
+    padding, mask = torch.zeros(2, 5, dtype=torch.bool), None
+    allowed = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    if how == "padding":
+        padding[1] = True
+        empty = (1, slice(None))  # (sample, queries) with nothing to attend to
+    else:
+        allowed[1, :, 2] = False
+        mask = allowed if how == "bool" else torch.zeros(2, 1, 3, 5).masked_fill(~allowed, float("-inf"))
+        padding[0, 3:] = True  # padding elsewhere combines with the mask
+        empty = (1, 2)
+    out = attn(query, key, value, attn_mask=mask, key_padding_mask=padding)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[empty], attn.proj.bias.expand_as(out[empty]))  # proj(0) = its bias
+    # every other row is the ordinary attention: the same call with keys given back to the empty rows
+    if how == "padding":
+        reference = attn(query, key, value)  # sample 0 has no padding
+    else:
+        reopened = allowed.clone()
+        reopened[1, :, 2] = True
+        ref_mask = reopened if how == "bool" else torch.zeros(2, 1, 3, 5).masked_fill(~reopened, float("-inf"))
+        reference = attn(query, key, value, attn_mask=ref_mask, key_padding_mask=padding)
+    keep = torch.ones(2, 3, dtype=torch.bool)
+    keep[empty] = False
+    torch.testing.assert_close(out[keep], reference[keep], atol=1e-6, rtol=1e-5)
+    out.square().sum().backward()
+    for t in (query, key, value, attn.qkv.weight, attn.proj.weight):
+        assert torch.isfinite(t.grad).all()
+    if not fused:
+        _, probs = attn(query, key, value, attn_mask=mask, key_padding_mask=padding, return_attn=True)
+        assert (probs[empty[0], :, empty[1]] == 0).all()
+
+
+def test_float_key_padding_mask_adds_like_a_bool_one_blocks():
+    attn = MultiHeadAttention(16, 2, qkv_bias=True).eval()
+    query, key, _ = inputs("kv", D=16)
+    padding = torch.zeros(3, 7, dtype=torch.bool)
+    padding[:, 5:] = True
+    additive = torch.zeros(3, 7).masked_fill(padding, float("-inf"))
+    torch.testing.assert_close(attn(query, key, key_padding_mask=additive), attn(query, key, key_padding_mask=padding))
+    causal = torch.ones(5, 7, dtype=torch.bool).tril()
+    torch.testing.assert_close(attn(query, key, attn_mask=causal, key_padding_mask=additive),
+                               attn(query, key, attn_mask=causal, key_padding_mask=padding))
+
+
+def test_context_is_a_deprecated_name_of_key():
+    attn = MultiHeadAttention(16, 2, qkv_bias=True).eval()
+    query, key, _ = inputs("kv", D=16)
+    with pytest.warns(DeprecationWarning, match="context"):
+        old = attn(query, context=key)
+    torch.testing.assert_close(old, attn(query, key))
+    with pytest.raises(TypeError, match="not both"), pytest.warns(DeprecationWarning):
+        attn(query, key, context=key)
+
+
+def test_wrong_inputs_are_clear_errors():
+    attn = MultiHeadAttention(16, 2)
+    query, key, value = inputs("qkv", D=16)
+    with pytest.raises(ValueError, match="without key"):
+        attn(query, value=value)
+    with pytest.raises(ValueError, match="key_padding_mask must be"):
+        attn(query, key, key_padding_mask=torch.zeros(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="pair up"):
+        attn(query, key, value[:, :4])
+    with pytest.raises(ValueError, match="width 16"):
+        attn(query, torch.randn(3, 7, 8))

@@ -5,7 +5,13 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vitlab.layers.blocks import EncoderBlock, PostNormEncoderBlock
+from vitlab.layers.blocks import (
+    DecoderBlock,
+    EncoderBlock,
+    KVCache,
+    PostNormEncoderBlock,
+    PreNormDecoderBlock,
+)
 from vitlab.layers.drop import DropPath
 from vitlab.layers.mlp import IN_PLACE_MIN_ELEMENTS
 
@@ -56,6 +62,13 @@ def test_post_norm_block_matches_torch_transformer_encoder_layer():
     torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
     # torch's boolean masks mean "blocked" where ours mean "allowed"
     torch.testing.assert_close(ours(x, attn_mask=causal), ref(x, src_mask=~causal), atol=1e-5, rtol=1e-5)
+    # key padding has torch's meaning (True = padded key) and equals src_key_padding_mask, alone and with a mask
+    padding = torch.zeros(2, 7, dtype=torch.bool)
+    padding[1, 4:] = True
+    torch.testing.assert_close(ours(x, key_padding_mask=padding), ref(x, src_key_padding_mask=padding),
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours(x, attn_mask=causal, key_padding_mask=padding),
+                               ref(x, src_mask=~causal, src_key_padding_mask=padding), atol=1e-5, rtol=1e-5)
 
 
 def test_drop_path_drops_whole_samples_and_keeps_expectation():
@@ -176,3 +189,137 @@ def test_training_keeps_every_tensor_autograd_saved():
     expected = [p.grad for p in block.parameters()] + [x.grad]
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, atol=1e-6, rtol=1e-6)
+
+
+# ---- position embeddings: added to queries and keys, never to values --------------------------------------------
+
+def twin(attn):
+    """torch.nn.MultiheadAttention with the weights of one of our attentions."""
+    theirs = nn.MultiheadAttention(attn.dim, attn.num_heads, batch_first=True).eval()
+    copy_attention(attn, theirs)
+    return theirs
+
+
+def padded_keys(B, M):
+    padding = torch.zeros(B, M, dtype=torch.bool)
+    padding[1, M - 2:] = True  # the second sample's last two tokens are padding
+    return padding
+
+
+@pytest.mark.parametrize("post_norm", [False, True])
+def test_encoder_block_adds_pos_to_queries_and_keys_not_values(post_norm):
+    """DETR's encoder layer: attention(q = k = h + pos, v = h), h = LN(x) (pre-norm) or x (post-norm), by hand
+    with torch.nn.MultiheadAttention and the block's norms and MLP."""
+    torch.manual_seed(0)
+    block = (PostNormEncoderBlock(32, 4, mlp_ratio=2.0) if post_norm else EncoderBlock(32, 4, mlp_ratio=2.0)).eval()
+    mha = twin(block.attn)
+    x, pos = torch.randn(2, 6, 32), torch.randn(2, 6, 32)
+    padding = padded_keys(2, 6)
+    if post_norm:
+        x1 = block.norm1(x + mha(x + pos, x + pos, x, key_padding_mask=padding)[0])
+        expected = block.norm2(x1 + block.mlp(x1))
+    else:
+        h = block.norm1(x)
+        x1 = x + mha(h + pos, h + pos, h, key_padding_mask=padding)[0]
+        expected = x1 + block.mlp(block.norm2(x1))
+    got = block(x, key_padding_mask=padding, pos=pos)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    # the positions matter, and they are not in the values: adding them to values too gives something else
+    assert not torch.allclose(got, block(x, key_padding_mask=padding), atol=1e-3)
+    h = x if post_norm else block.norm1(x)
+    with_pos_in_values = mha(h + pos, h + pos, h + pos, key_padding_mask=padding)[0]
+    assert not torch.allclose(mha(h + pos, h + pos, h, key_padding_mask=padding)[0], with_pos_in_values, atol=1e-3)
+    # a (1, N, D) table broadcasts over the batch
+    torch.testing.assert_close(block(x, pos=pos[:1]), block(x, pos=pos[:1].expand(2, -1, -1)))
+
+
+def test_forward_with_attn_takes_the_same_positions_and_padding():
+    torch.manual_seed(0)
+    block = EncoderBlock(32, 4).eval()
+    x, pos, padding = torch.randn(2, 6, 32), torch.randn(1, 6, 32), padded_keys(2, 6)
+    out, probs = block.forward_with_attn(x, key_padding_mask=padding, pos=pos)
+    torch.testing.assert_close(out, block(x, key_padding_mask=padding, pos=pos), atol=1e-5, rtol=1e-5)
+    h = block.norm1(x)
+    _, expected = twin(block.attn)(h + pos, h + pos, h, key_padding_mask=padding, average_attn_weights=False)
+    torch.testing.assert_close(probs, expected, atol=1e-6, rtol=1e-5)
+
+
+def decoder_by_hand(block, pre_norm, x, memory, causal, padding, pos, query_pos):
+    """DETR's decoder layer (forward_post / forward_pre) with torch.nn.MultiheadAttention and the block's norms
+    and MLP: self-attention q = k = t + query_pos, v = t; cross-attention q = t + query_pos, k = memory + pos,
+    v = memory."""
+    self_mha, cross_mha = twin(block.self_attn), twin(block.cross_attn)
+
+    def self_attn(t):
+        return self_mha(t + query_pos, t + query_pos, t, attn_mask=~causal)[0]
+
+    def cross_attn(t):
+        return cross_mha(t + query_pos, memory + pos, memory, key_padding_mask=padding)[0]
+
+    if pre_norm:
+        x = x + self_attn(block.norm1(x))
+        x = x + cross_attn(block.norm2(x))
+        return x + block.mlp(block.norm3(x))
+    x = block.norm1(x + self_attn(x))
+    x = block.norm2(x + cross_attn(x))
+    return block.norm3(x + block.mlp(x))
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_decoder_block_adds_query_pos_and_memory_pos_as_detr(pre_norm):
+    torch.manual_seed(0)
+    block = (PreNormDecoderBlock if pre_norm else DecoderBlock)(32, 4, mlp_ratio=2.0).eval()
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    pos, query_pos = torch.randn(2, 7, 32), torch.randn(1, 5, 32)  # object queries: one table for the batch
+    causal, padding = torch.ones(5, 5, dtype=torch.bool).tril(), padded_keys(2, 7)
+    expected = decoder_by_hand(block, pre_norm, x, memory, causal, padding, pos, query_pos)
+    got = block(x, memory, causal, None, None, memory_key_padding_mask=padding, pos=pos, query_pos=query_pos)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    # the padding mask equals the same padding written as a memory_mask, True = may attend
+    torch.testing.assert_close(
+        block(x, memory, causal, ~padding[:, None, None, :], pos=pos, query_pos=query_pos), got, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got, block(x, memory, causal, memory_key_padding_mask=padding), atol=1e-3)
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_cached_decoding_with_positions_equals_the_full_pass(pre_norm):
+    """One token at a time through a KVCache (query_pos of the new token only; the memory's keys with pos cached
+    on the first step) gives the outputs of the whole causal pass."""
+    torch.manual_seed(0)
+    block = (PreNormDecoderBlock if pre_norm else DecoderBlock)(32, 4, mlp_ratio=2.0).eval()
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    pos, query_pos, padding = torch.randn(2, 7, 32), torch.randn(2, 5, 32), padded_keys(2, 7)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        full = block(x, memory, causal, memory_key_padding_mask=padding, pos=pos, query_pos=query_pos)
+        cache = KVCache()
+        steps = [block(x[:, t:t + 1], memory, cache=cache, memory_key_padding_mask=padding, pos=pos,
+                       query_pos=query_pos[:, t:t + 1]) for t in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == 5 and cache.cross_k.shape == (2, 4, 7, 8)
+
+
+@pytest.mark.parametrize("cls", [EncoderBlock, PostNormEncoderBlock, DecoderBlock, PreNormDecoderBlock])
+def test_every_block_takes_the_same_dropout_and_drop_path_options(cls):
+    block = cls(32, 4, proj_drop=0.1, attn_drop=0.2, drop_path=0.3)
+    attentions = [m for m in block.modules() if hasattr(m, "qkv")]
+    assert attentions and all(a.attn_drop == 0.2 and a.proj_drop.p == 0.1 for a in attentions)
+    assert block.mlp.drop1.p == 0.1 and block.mlp.drop2.p == 0.1
+    drop_paths = [m for name, m in block.named_children() if name.startswith("drop_path")]
+    assert len(drop_paths) == len(attentions) + 1 and all(isinstance(d, DropPath) and d.drop_prob == 0.3
+                                                          for d in drop_paths)
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 32)
+    args = (x,) if "Encoder" in cls.__name__ else (x, torch.randn(4, 2, 32))
+    block.eval()
+    torch.testing.assert_close(block(*args), block(*args))  # no randomness in evaluation
+    block.train()
+    assert not torch.allclose(block(*args), block(*args))
+
+
+@pytest.mark.parametrize("cls", [PostNormEncoderBlock, DecoderBlock, PreNormDecoderBlock])
+def test_dropout_is_the_old_name_of_proj_drop(cls):
+    block = cls(32, 4, dropout=0.25)
+    assert block.mlp.drop1.p == 0.25 and all(m.proj_drop.p == 0.25 for m in block.modules() if hasattr(m, "qkv"))
+    with pytest.raises(TypeError, match="one option"):
+        cls(32, 4, dropout=0.25, proj_drop=0.1)

@@ -225,6 +225,8 @@ class MultiHeadAttention(nn.Module):
             if tokens is not None and (tokens.ndim != 3 or tokens.shape[-1] != self.dim):
                 raise ValueError(f"expected {name} tokens of shape (B, L, {self.dim}) (width {self.dim}), "
                                  f"got input of shape {tuple(tokens.shape)}")
+        if key is None and value is not None:
+            raise ValueError("value was given without key; pass key too (or neither, for self-attention)")
         keys = query if key is None else key
         if value is not None and value.shape[:2] != keys.shape[:2]:
             raise ValueError(f"keys and values must pair up, (B, M) = {tuple(keys.shape[:2])}, but the values "

@@ -10,14 +10,16 @@ additive), an optional key_padding_mask (B, N) (True = padding, ignored as a key
 Decoder blocks (post-norm `DecoderBlock`, `PreNormDecoderBlock`) add cross-attention to an encoder output and
 can carry a `KVCache`, so that generating one more token costs one step instead of recomputing the prefix.
 
-Position embeddings, DETR's way (Carion et al. 2020, §3.2 and Fig. 10): added to the queries and the keys of every
+Position embeddings, DETR's way (Carion et al. 2020, §3.2; appendix A.3, Fig. 10): added to the queries and the keys of every
 attention, never to the values nor to the residual stream, so that each layer sees where tokens are while what
 it gathers is content. `pos` belongs to the encoder tokens (in a decoder: to the memory), `query_pos` to the
 decoder's queries (DETR's object queries). In a pre-norm block they are added after the LayerNorm, as in DETR.
 
-All four blocks share one constructor: dim, num_heads, mlp_ratio, qkv_bias, proj_drop (dropout on each branch
-output), attn_drop (on the attention probabilities), drop_path (stochastic depth on each branch), norm_layer,
-act_layer, fused_attn; the post-norm blocks also take their original name `dropout` for proj_drop.
+All four blocks take the same constructor arguments: dim, num_heads, mlp_ratio, qkv_bias, proj_drop (dropout on
+each branch output), attn_drop (on the attention probabilities), drop_path (stochastic depth on each branch),
+norm_layer, act_layer, fused_attn. The pre-norm encoder adds init_values (layer scale); the post-norm encoder and
+the decoders also take `dropout`, their first name for proj_drop.
+
 Sub-layer names (norm1, attn, ls1, drop_path1, norm2, mlp, ls2, drop_path2) follow timm's, so checkpoints map
 one to one.
 """

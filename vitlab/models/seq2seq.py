@@ -92,18 +92,16 @@ class Seq2SeqTransformer(nn.Module):
         self.embed_drop = nn.Dropout(config.dropout)
 
         args = dict(dim=D, num_heads=config.num_heads, mlp_ratio=config.mlp_ratio, qkv_bias=True,
-                    attn_drop=config.attn_drop, norm_layer=nn.LayerNorm, act_layer=nn.ReLU,
-                    fused_attn=config.fused_attn)
+                    proj_drop=config.dropout, attn_drop=config.attn_drop, norm_layer=nn.LayerNorm,
+                    act_layer=nn.ReLU, fused_attn=config.fused_attn)  # the same arguments for all four blocks
         if config.norm == "post":
-            self.encoder = nn.ModuleList(PostNormEncoderBlock(**args, dropout=config.dropout)
-                                         for _ in range(config.depth))
-            self.decoder = nn.ModuleList(DecoderBlock(**args, dropout=config.dropout) for _ in range(config.depth))
+            self.encoder = nn.ModuleList(PostNormEncoderBlock(**args) for _ in range(config.depth))
+            self.decoder = nn.ModuleList(DecoderBlock(**args) for _ in range(config.depth))
             # post-norm blocks end in a LayerNorm already
             self.encoder_norm, self.decoder_norm = nn.Identity(), nn.Identity()
         else:
-            self.encoder = nn.ModuleList(EncoderBlock(**args, proj_drop=config.dropout) for _ in range(config.depth))
-            self.decoder = nn.ModuleList(PreNormDecoderBlock(**args, dropout=config.dropout)
-                                         for _ in range(config.depth))
+            self.encoder = nn.ModuleList(EncoderBlock(**args) for _ in range(config.depth))
+            self.decoder = nn.ModuleList(PreNormDecoderBlock(**args) for _ in range(config.depth))
             # pre-norm leaves the residual stream unnormalised: one LayerNorm after each stack
             self.encoder_norm, self.decoder_norm = nn.LayerNorm(D), nn.LayerNorm(D)
         self.init_weights()
