@@ -34,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _model_and_data(run_dir: str, weights: str):
-    from ..engine.session import load_run
+    from ..tasks import load_run
     from ..interop import load_model
 
     source = Path(run_dir)

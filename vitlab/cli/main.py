@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, DownloadError, ArithmeticError) as error:
-        # errors a user can cause carry a message that says what to do; no traceback needed
-        print(f"vitlab {args.command}: error: {error}", file=sys.stderr)
+        # errors a user can cause carry a message that says what to do; no traceback needed. Library errors name
+        # the parameter (`ema_decay`); here the user sees the flag (`--ema-decay`)
+        message = error.as_flag() if hasattr(error, "as_flag") else str(error)
+        print(f"vitlab {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = " (a training run continues with --resume RUN_DIR)" if args.command == "train" else ""

@@ -1,4 +1,5 @@
-"""`vitlab predict RUN_DIR IMAGE...`: the top-k classes of each image, with probabilities."""
+"""`vitlab predict RUN_DIR INPUT...`: what a trained run makes of each input, by the run's task: the top-k classes
+of image files (classification), the output tokens of source sequences (seq2seq)."""
 
 from __future__ import annotations
 
@@ -7,24 +8,27 @@ import json
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("predict", help="classify image files with a trained run")
+    p = subparsers.add_parser("predict", help="predict with a trained run (classify image files, translate "
+                              "sequences)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
-    p.add_argument("images", metavar="IMAGE", nargs="+", help="image files (any format Pillow reads)")
+    p.add_argument("inputs", metavar="INPUT", nargs="+", help="image files (any format Pillow reads), or for a "
+                   "seq2seq run source sequences such as \"3 1 4\"")
     p.add_argument("--top-k", type=int, default=3, help="how many classes to show per image (default: 3)")
-    p.add_argument("--weights", choices=["last", "best"], default="last", help="which checkpoint (default: last)")
+    p.add_argument("--beam-size", type=int, default=1, help="seq2seq: 1 greedy, more: beam search (default: 1)")
+    p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
+                   help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.session import load_run, predict_files
+    from ..engine.run import RunDir
+    from ..tasks import load_task
 
-    model, info = load_run(args.run_dir, args.weights)
-    results = predict_files(model, info, args.images, args.top_k)
-    if args.json:
-        print(json.dumps(results))
-        return 0
-    for item in results:
-        ranked = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in item["top_k"])
-        print(f"{item['image']}: {ranked}")
+    if args.top_k < 1 or args.beam_size < 1:
+        raise ValueError(f"--top-k and --beam-size must be at least 1, got {args.top_k} and {args.beam_size}")
+    task, saved = load_task(args.run_dir)
+    model = RunDir(args.run_dir).load_model(args.weights)
+    results = task.predict(model, saved, args.inputs, top_k=args.top_k, beam_size=args.beam_size)
+    print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))
     return 0

@@ -76,7 +76,7 @@ class LoopConfig:
     ema_decay: float = option(0.0, "keep and evaluate an exponential moving average of the weights, saved as "
                               "ema.safetensors (e.g. 0.9998); 0 = off", metavar="D")
     layer_decay: float | None = option(None, "layer-wise learning-rate decay for fine-tuning: block i of L trains "
-                                       "at lr·F^(L−i) (e.g. 0.75); off by default", metavar="F")
+                                       "at lr·F^(L−i) (e.g. 0.75)", metavar="F")
     eval_every: int = option(1, "evaluate and checkpoint every this many epochs (every this many optimizer steps "
                              "for data without epochs), and at the end", default_text="the task's")
     max_epochs_this_run: int | None = option(None, "stop after this many epochs, to resume later")
@@ -89,7 +89,7 @@ class LoopConfig:
     def __post_init__(self) -> None:
         check_choices(self)
         check(self.epochs is None or self.epochs >= 1, "epochs", "at least 1", self.epochs)
-        check(self.steps is None or self.steps >= 1, "steps", "at least 1", self.steps)
+        check(self.steps is None or self.steps >= 1, "steps", "positive", self.steps)
         check(self.epochs is None or self.steps is None, "steps", "given without epochs (a run's length is one "
               "or the other)", self.steps)
         check(self.batch_size >= 1, "batch_size", "at least 1", self.batch_size)

@@ -29,6 +29,21 @@ class OptionError(ValueError):
         return f"--{self.name.replace('_', '-')} {self.problem}"
 
 
+class FixedOptionsError(ValueError):
+    """Options that cannot change where they were given (a resumed run keeps its own)."""
+
+    def __init__(self, names: list[str], allowed: tuple[str, ...]) -> None:
+        self.names, self.allowed = names, allowed
+        super().__init__(self._message(lambda name: name))
+
+    def _message(self, show) -> str:
+        return (f"a resumed run keeps its own options; these cannot change: {', '.join(map(show, self.names))} "
+                f"(only {', '.join(map(show, self.allowed))} can)")
+
+    def as_flag(self) -> str:
+        return self._message(lambda name: "--" + name.replace("_", "-"))
+
+
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None,
            flag: str | None = None, metavar: str | None = None, cli: bool = True, default_factory: Any = None,
            default_text: str | None = None) -> Any:

@@ -40,6 +40,11 @@ class Task:
     def loop_defaults(cls, config: Any) -> dict[str, Any]:
         return {}
 
+    @classmethod
+    def recipes(cls) -> dict[str, dict[str, Any]]:
+        """The loop defaults of each of the task's recipes, by name (for the command line's help)."""
+        return {cls.name: cls.loop_defaults(cls.Config())}
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         """`saved`: the data record of the run being resumed (its `run_info()["data"]`), or None."""
         raise NotImplementedError

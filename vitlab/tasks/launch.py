@@ -21,7 +21,7 @@ from torch import nn
 
 from ..engine.distributed import barrier, broadcast_object, init_distributed
 from ..engine.loop import LoopConfig, fit
-from ..engine.options import from_dict, split_options
+from ..engine.options import FixedOptionsError, from_dict, split_options
 from ..engine.run import RunDir
 from .base import Task
 
@@ -79,8 +79,7 @@ def resume(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
     changes = {key: value for key, value in changes.items() if value is not None}
     fixed = sorted(key for key in changes if key not in RESUMABLE + cls.resumable)
     if fixed:
-        raise ValueError(f"a resumed run keeps its options; only {', '.join(RESUMABLE + cls.resumable)} may change, "
-                         f"not {', '.join(fixed)}")
+        raise FixedOptionsError(fixed, RESUMABLE + cls.resumable)
     task_changes, loop_changes = split_options(changes, cls.Config, LoopConfig)
     config = dataclasses.replace(from_dict(cls.Config, saved["config"]), **task_changes)
     loop = from_dict(LoopConfig, saved["loop"])

@@ -54,6 +54,12 @@ class ClassificationTask(Task):
     def loop_defaults(cls, config: ClassificationConfig) -> dict[str, Any]:
         return recipe_for(config.data)["loop"]
 
+    @classmethod
+    def recipes(cls) -> dict[str, dict[str, Any]]:
+        from .recipes import RECIPES
+
+        return {name: recipe["loop"] for name, recipe in RECIPES.items()}
+
     # -- data ----------------------------------------------------------------------------------------------------
     def datasets(self, augment: bool = True, saved: dict[str, Any] | None = None, data: str | None = None,
                  data_dir: str | None = None) -> DatasetBundle:
@@ -157,6 +163,28 @@ class ClassificationTask(Task):
         right = sum(row[i] for i, row in enumerate(result["confusion"])) if result else 0
         loss_sum, right, n = all_reduce_sum([loss_sum, right, n], self.dist)
         return {"test_loss": loss_sum / max(n, 1), "test_acc": right / max(n, 1)}
+
+    # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
+    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
+        from .inference import evaluate_run
+
+        return evaluate_run(self, model, saved, run_dir, **options)
+
+    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
+        from .inference import format_evaluation
+
+        return format_evaluation(result, which)
+
+    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], top_k: int = 3,
+                **_: Any) -> list[dict[str, Any]]:
+        from .inference import predict_files
+
+        return predict_files(model, saved, inputs, top_k)
+
+    def format_prediction(self, item: dict[str, Any]) -> str:
+        from .inference import format_prediction
+
+        return format_prediction(item)
 
 
 def mean_logits(outputs: Any) -> torch.Tensor:

@@ -106,6 +106,28 @@ class Seq2SeqTask(Task):
         return {"test_exact_acc": sum(matches) / len(matches),
                 "test_exact_acc_by_len": accuracy_by_length(data, matches)}
 
+    # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
+    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, beam_size: int = 1,
+                     **_: Any) -> dict[str, Any]:
+        c = self.config
+        pairs = make_test_set(self.problem, c.test_size, c.test_split, self.loop.seed)
+        matches = exact_matches(model, pairs, beam_size=beam_size)
+        return {"test_exact_acc": sum(matches) / len(matches), "test_exact_acc_by_len":
+                accuracy_by_length(pairs, matches), "num_sequences": len(pairs), "run_dir": str(run_dir)}
+
+    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
+        by_length = ", ".join(f"{n}: {acc:.3f}" for n, acc in result["test_exact_acc_by_len"].items())
+        return (f"held-out exact-sequence accuracy: {result['test_exact_acc']:.4f} on {result['num_sequences']} "
+                f"sequences ({result['run_dir']}, {which})\nby source length: {by_length}")
+
+    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], beam_size: int = 1,
+                **_: Any) -> list[dict[str, Any]]:
+        return [{"input": text, "output": " ".join(translate(model, self.problem, text, beam_size=beam_size))}
+                for text in inputs]
+
+    def format_prediction(self, item: dict[str, Any]) -> str:
+        return f"{item['input']} -> {item['output']}"
+
 
 @torch.no_grad()
 def exact_matches(model: Seq2SeqTransformer, pairs: Pairs, batch_size: int = 500, beam_size: int = 1) -> list[bool]:

@@ -1,0 +1,75 @@
+"""A finished classification run at work: its held-out evaluation (`vitlab eval`) and top-k predictions for image
+files (`vitlab predict`), each through the run's own preprocessing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...engine.speed import check_bf16, maybe_compile
+from .evaluate import evaluate
+from .reports import confusion_text, plot_confusion
+
+
+def eval_loader_for_run(task, saved: dict[str, Any], data: str | None = None, data_dir: str | None = None,
+                        batch_size: int = 256):
+    """The held-out loader of a run's data (or of other data, seen through the run's own preprocessing)."""
+    data_record = saved["data"]
+    bundle = task.datasets(augment=False, saved=data_record, data=data, data_dir=data_dir or data_record["data_dir"])
+    if bundle.classes != data_record["classes"]:
+        raise ValueError(f"the data's classes {bundle.classes} differ from the classes the run was trained on "
+                         f"{data_record['classes']}; evaluate on data with the same class folders")
+    _, test = task.loaders(bundle, eval_batch_size=batch_size)
+    return test, bundle.classes
+
+
+def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
+                 data_dir: str | None = None, batch_size: int = 256, bf16: bool = False, compile: bool = False,
+                 plot: bool = True) -> dict[str, Any]:
+    if bf16:
+        check_bf16("cpu")
+    loader, classes = eval_loader_for_run(task, saved, data, data_dir, batch_size)
+    result = evaluate(maybe_compile(model, compile), loader, bf16=bf16, num_classes=len(classes))
+    result["classes"] = classes
+    result["run_dir"] = str(run_dir)
+    if plot:
+        name = "confusion.png" if data is None else "confusion-other-data.png"  # keep the run's own picture
+        result["confusion_png"] = str(plot_confusion(result["confusion"], classes, Path(run_dir) / name))
+    return result
+
+
+def format_evaluation(result: dict[str, Any], which: str) -> str:
+    classes = result["classes"]
+    lines = [f"accuracy: {result['accuracy']:.4f} on {result['num_images']} images ({result['run_dir']}, {which})",
+             "per-class accuracy:"]
+    lines += [f"  {name:<20} {acc:.4f}" for name, acc in zip(classes, result["per_class_accuracy"])]
+    lines += ["confusion matrix (rows: true class, columns: predicted):", confusion_text(result["confusion"], classes)]
+    return "\n".join(lines)
+
+
+@torch.inference_mode()
+def predict_files(model: nn.Module, saved: dict[str, Any], paths: list[str], top_k: int = 3) -> list[dict[str, Any]]:
+    """Top-k classes of each image file, preprocessed as the run's evaluation data was."""
+    from ...data.folder import load_image
+    from ...data.transforms import build_eval_transform
+
+    data = saved["data"]
+    transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
+    images = torch.stack([transform(load_image(path, data["channels"])) for path in paths])  # (B, C, H, W)
+    probs = model(images).softmax(-1)
+    k = min(top_k, probs.shape[-1])
+    values, indices = probs.topk(k, dim=-1)
+    return [
+        {"image": str(path),
+         "top_k": [{"class": data["classes"][i], "index": int(i), "probability": float(p)}
+                   for p, i in zip(row_p.tolist(), row_i.tolist())]}
+        for path, row_p, row_i in zip(paths, values, indices)
+    ]
+
+
+def format_prediction(item: dict[str, Any]) -> str:
+    ranked = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in item["top_k"])
+    return f"{item['image']}: {ranked}"
