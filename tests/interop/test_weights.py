@@ -56,3 +56,18 @@ def test_create_model_with_weights_file(tmp_path):
     path = save_weights(model, tmp_path / "m.safetensors")
     again = vitlab.create_model("vit_tiny_patch4_28", depth=1, weights=str(path))
     torch.testing.assert_close(again.state_dict(), model.state_dict())
+
+
+def test_a_model_without_the_adaptation_hook_gets_the_checkpoint_as_it_is(recwarn):
+    source = vitlab.create_model("resnet18_28", num_classes=10)
+    target = vitlab.create_model("resnet18_28", num_classes=3)
+    assert not hasattr(target, "adapt_checkpoint")
+    with pytest.raises(CheckpointMismatchError, match=r"net\.fc\.weight: checkpoint \(10, 512\) vs model \(3, 512\)"):
+        load_weights(target, source.state_dict())
+    assert not [w for w in recwarn if "head" in str(w.message)]  # no head swap: interop knows no model's keys
+
+
+def test_models_create_model_builds_without_weights_and_says_where_loading_lives(tmp_path):
+    path = save_weights(vitlab.create_model("vit_tiny_patch4_28", depth=1), tmp_path / "m.safetensors")
+    with pytest.raises(TypeError, match=r"vitlab\.create_model\(name, weights=path\)"):
+        vitlab.models.create_model("vit_tiny_patch4_28", depth=1, weights=str(path))
