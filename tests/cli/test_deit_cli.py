@@ -9,7 +9,7 @@ import torch
 
 import vitlab
 from vitlab.cli.main import main
-from vitlab.engine.trainer import read_metrics
+from vitlab.engine.run import read_metrics
 from vitlab.interop import load_model, read_state_dict
 
 MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"

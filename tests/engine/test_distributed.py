@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitlab.engine.session import TrainOptions, train_run
+from vitlab.tasks import train
 from vitlab.interop import read_state_dict
 
 MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
@@ -44,7 +44,7 @@ def torchrun(*args: str, nproc: int = 2) -> list[str]:
 def one_process(out: Path, **kw) -> None:
     options = dict(data="fashion-mnist", data_dir=str(MINI), allow_partial_data=True, model="vit_mini_patch7_28",
                    hflip=False, threads=1, lr=1e-3, out=str(out))
-    train_run(TrainOptions(**{**options, **kw}))
+    train(**{**options, **kw})
 
 
 def assert_same_weights(a: Path, b: Path, atol: float) -> None:
@@ -88,7 +88,7 @@ def test_gradient_accumulation_equals_the_double_batch(tmp_path):
 
 
 def test_fp16_on_a_cpu_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="--fp16 needs a CUDA device"):
+    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
         one_process(tmp_path / "a", epochs=1, fp16=True, device="cpu")
 
 
@@ -120,7 +120,7 @@ def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
 
 @pytest.mark.slow
 def test_compiled_training_saves_plain_keys_and_reloads(tmp_path):
-    from vitlab.engine.session import load_run
+    from vitlab.tasks import load_run
 
     one_process(tmp_path / "c", batch_size=50, epochs=1, drop_path=0.0, compile=True, model_overrides={"depth": 1})
     weights = read_state_dict(tmp_path / "c" / "last.safetensors")[0]

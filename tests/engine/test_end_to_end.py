@@ -1,7 +1,7 @@
 import pytest
 
 from vitlab.data import find_fashion_mnist
-from vitlab.engine.session import TrainOptions, train_run
+from vitlab.tasks import train
 
 
 def real_fashion_mnist():
@@ -15,10 +15,10 @@ def real_fashion_mnist():
 @pytest.mark.skipif(real_fashion_mnist() is None, reason="Fashion-MNIST is not installed (scripts/setup.sh does it)")
 def test_a_few_hundred_steps_on_real_fashion_mnist_learn(tmp_path):
     """468 steps (one epoch of the full training set) of a small ViT: far above the 10 % of chance."""
-    result = train_run(TrainOptions(
+    result = train(
         data="fashion-mnist", out=str(tmp_path / "run"), model="vit_tiny_patch4_28", epochs=1, batch_size=128,
         lr=2e-3, warmup_epochs=0.2, model_overrides={"dim": 64, "depth": 2, "num_heads": 2},
-    ))
+    )
     assert result["step"] == 468
     assert result["test_acc"] > 0.70
     assert result["train_acc"] > 0.5

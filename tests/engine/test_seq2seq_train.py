@@ -11,17 +11,15 @@ import torch
 from safetensors.torch import load_file
 
 from vitlab.data.sequences import make_test_set
+from vitlab.engine.loop import build_optimization
 from vitlab.engine.optim import inverse_sqrt, inverse_sqrt_scale
-from vitlab.engine.seq2seq import (
-    Seq2SeqTrainOptions,
-    build_model,
-    build_optimization,
-    label_smoothed_loss,
-    load_seq2seq_run,
-    resume_options,
-    train_seq2seq,
-    translate,
-)
+from vitlab.tasks import resume, train
+from vitlab.tasks.launch import loop_config
+from vitlab.tasks.seq2seq import Seq2SeqConfig, Seq2SeqTask, label_smoothed_loss, load_seq2seq_run, translate
+
+
+def train_seq2seq(options):
+    return train("seq2seq", **options)
 
 
 def test_label_smoothed_loss_by_hand():
@@ -57,9 +55,10 @@ def test_inverse_sqrt_is_the_papers_schedule():
 
 
 def test_optimizer_follows_the_schedule():
-    options = Seq2SeqTrainOptions(dim=16, depth=1, num_heads=2, lr=1e-3, warmup_steps=10)
-    model = build_model(options, options.make_task())
-    optimizer, scheduler = build_optimization(model, options)
+    config = Seq2SeqConfig(dim=16, depth=1, num_heads=2)
+    loop = loop_config(Seq2SeqTask, config, {"lr": 1e-3, "warmup_steps": 10})  # the task's defaults otherwise
+    model = Seq2SeqTask(config, loop).build_model()
+    optimizer, scheduler = build_optimization(model, loop, loop.steps, loop.warmup_steps)
     seen = []
     for _ in range(30):
         seen.append(optimizer.param_groups[0]["lr"])
@@ -73,10 +72,10 @@ def test_optimizer_follows_the_schedule():
 
 
 def tiny(out, **kw):
-    base = dict(task="copy", out=str(out), dim=16, depth=1, num_heads=2, steps=20, batch_size=16, eval_every=10,
+    base = dict(problem="copy", out=str(out), dim=16, depth=1, num_heads=2, steps=20, batch_size=16, eval_every=10,
                 test_size=20, max_len=5)
     base.update(kw)
-    return Seq2SeqTrainOptions(**base)
+    return base
 
 
 def test_tiny_run_writes_its_folder_and_resumes_exactly(tmp_path):
@@ -86,11 +85,11 @@ def test_tiny_run_writes_its_folder_and_resumes_exactly(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [10, 20]
     config = json.loads((run / "config.json").read_text())
-    assert config["model"]["family"] == "seq2seq" and config["task"]["name"] == "copy"
+    assert config["model_config"]["family"] == "seq2seq" and config["problem"]["name"] == "copy"
     assert not list(run.glob(".*.tmp"))  # atomic writes leave no temporary files behind
 
     train_seq2seq(tiny(tmp_path / "split", steps=10))
-    train_seq2seq(resume_options(tmp_path / "split", steps=20))
+    resume(tmp_path / "split", steps=20)
     first, second = load_file(run / "last.safetensors"), load_file(tmp_path / "split" / "last.safetensors")
     assert first.keys() == second.keys()
     for key in first:
@@ -103,15 +102,15 @@ def test_tiny_run_writes_its_folder_and_resumes_exactly(tmp_path):
     assert all(token in task.vocab.symbols for token in translate(model, task, "1 2 3"))
     with pytest.raises(ValueError, match="already holds a run"):
         train_seq2seq(tiny(run))
-    with pytest.raises(ValueError, match="only steps, threads may change"):
-        resume_options(run, dim=32)
+    with pytest.raises(ValueError, match="these cannot change: dim"):
+        resume(run, dim=32)
 
 
 def test_bad_options_explain_themselves(tmp_path):
-    with pytest.raises(ValueError, match="--steps must be positive"):
-        tiny(tmp_path, steps=0)
-    with pytest.raises(ValueError, match="unknown schedule"):
-        tiny(tmp_path, schedule="linear")
+    with pytest.raises(ValueError, match="steps must be positive"):
+        train_seq2seq(tiny(tmp_path, steps=0))
+    with pytest.raises(ValueError, match="schedule must be one of cosine, inverse_sqrt"):
+        train_seq2seq(tiny(tmp_path, schedule="linear"))
     with pytest.raises(FileNotFoundError, match="is not a finished seq2seq run"):
         load_seq2seq_run(tmp_path / "nowhere")
 
@@ -120,7 +119,7 @@ def test_bad_options_explain_themselves(tmp_path):
 def test_default_reverse_recipe_reaches_99_percent_and_translates(tmp_path):
     from vitlab.cli.main import main
 
-    result = train_seq2seq(Seq2SeqTrainOptions(task="reverse", out=str(tmp_path / "reverse")))
+    result = train_seq2seq({"problem": "reverse", "out": str(tmp_path / "reverse")})
     assert result["test_exact_acc"] >= 0.99, result
     out = io.StringIO()
     with redirect_stdout(out):
@@ -133,9 +132,9 @@ def test_default_reverse_recipe_reaches_99_percent_and_translates(tmp_path):
 
     # The per-length record against the same model run one source at a time and the task's own answer.
     model, task = load_seq2seq_run(tmp_path / "reverse")
-    options = Seq2SeqTrainOptions()
+    options = Seq2SeqConfig()
     right: dict[str, list[bool]] = {}
-    for source, _ in make_test_set(task, options.test_size, options.test_split, options.seed):
+    for source, _ in make_test_set(task, options.test_size, options.test_split, 0):
         text = task.vocab.decode(source)
         right.setdefault(str(len(source)), []).append(translate(model, task, " ".join(text)) == task.solve(text))
     assert result["test_exact_acc_by_len"] == {length: round(sum(r) / len(r), 4) for length, r in sorted(

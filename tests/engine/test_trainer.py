@@ -6,11 +6,11 @@ import torch
 from PIL import Image
 
 from tests.engine.conftest import tiny_options
-from vitlab.engine import checkpoint
 from vitlab.engine.loaders import TensorLoader
-from vitlab.engine.session import TrainOptions, load_run, train_run
-from vitlab.engine.trainer import read_metrics
+from vitlab.engine.run import RunDir, read_metrics
 from vitlab.interop import read_state_dict
+from vitlab.tasks import load_run, resume, train
+from vitlab.tasks.classification import ClassificationTask
 
 
 def weights(run_dir, which="last"):
@@ -31,7 +31,7 @@ def test_tensor_loader_order_is_a_permutation_fixed_by_seed_and_epoch():
 
 
 def test_run_folder_contents_and_metrics(tmp_path):
-    result = train_run(tiny_options(tmp_path / "run"))
+    result = train(**tiny_options(tmp_path / "run"))
     run = tmp_path / "run"
     for name in ("config.json", "metrics.jsonl", "last.safetensors", "best.safetensors", "state.pt", "curves.png"):
         assert (run / name).is_file(), name
@@ -41,15 +41,15 @@ def test_run_folder_contents_and_metrics(tmp_path):
     assert result["test_acc"] == rows[-1]["test_acc"]
     assert Image.open(run / "curves.png").size == (1000, 400)
     info = json.loads((run / "config.json").read_text())
-    assert info["data"]["classes"][0] == "T-shirt/top" and info["recipe"]["epochs"] == 2
+    assert info["data"]["classes"][0] == "T-shirt/top" and info["loop"]["epochs"] == 2 and info["task"] == "classification"
     model, _ = load_run(run)
     assert model.config.dim == 32
 
 
 def test_seed_makes_a_run_repeatable(tmp_path):
-    train_run(tiny_options(tmp_path / "a", epochs=1))
-    train_run(tiny_options(tmp_path / "b", epochs=1))
-    train_run(tiny_options(tmp_path / "c", epochs=1, seed=1))
+    train(**tiny_options(tmp_path / "a", epochs=1))
+    train(**tiny_options(tmp_path / "b", epochs=1))
+    train(**tiny_options(tmp_path / "c", epochs=1, seed=1))
     a, b, c = weights(tmp_path / "a"), weights(tmp_path / "b"), weights(tmp_path / "c")
     for key in a:
         torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
@@ -58,28 +58,25 @@ def test_seed_makes_a_run_repeatable(tmp_path):
 
 def test_interrupted_then_resumed_equals_straight_run(tmp_path, monkeypatch):
     straight = tmp_path / "straight"
-    train_run(tiny_options(straight, epochs=3))
+    train(**tiny_options(straight, epochs=3))
 
     # a run that dies in the middle of its second epoch, after one checkpoint
     resumed = tmp_path / "resumed"
-    import vitlab.engine.trainer as trainer
+    real = ClassificationTask.loss
+    calls = []
 
-    real = trainer.train_one_epoch
-
-    def dying(model, loader, *args, **kw):
-        epoch = args[3]  # train_one_epoch(model, loader, optimizer, scheduler, config, epoch, ...)
-        if epoch == 1:
-            batches = iter(loader)
-            next(batches)
+    def dying(self, model, batch):  # 200 images in batches of 32: 6 steps an epoch; die in the second
+        calls.append(1)
+        if len(calls) == 8:
             raise KeyboardInterrupt("killed")
-        return real(model, loader, *args, **kw)
+        return real(self, model, batch)
 
-    monkeypatch.setattr(trainer, "train_one_epoch", dying)
+    monkeypatch.setattr(ClassificationTask, "loss", dying)
     with pytest.raises(KeyboardInterrupt):
-        train_run(tiny_options(resumed, epochs=3))
-    monkeypatch.setattr(trainer, "train_one_epoch", real)
+        train(**tiny_options(resumed, epochs=3))
+    monkeypatch.setattr(ClassificationTask, "loss", real)
     assert [r["epoch"] for r in read_metrics(resumed)] == [1]
-    train_run(TrainOptions(resume=str(resumed)))  # what `vitlab train --resume RUN_DIR` does
+    resume(resumed)  # what `vitlab train --resume RUN_DIR` does
     a, b = weights(straight), weights(resumed)
     for key in a:
         torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0)
@@ -87,7 +84,8 @@ def test_interrupted_then_resumed_equals_straight_run(tmp_path, monkeypatch):
 
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
-    checkpoint.save_training_state(tmp_path, epoch=1)
+    run = RunDir(tmp_path)
+    run.save_state({"step": 1})
     real_save = torch.save
 
     def crash(obj, f, *a, **kw):
@@ -96,21 +94,21 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(OSError, match="disk full"):
-        checkpoint.save_training_state(tmp_path, epoch=2)
+        run.save_state({"step": 2})
     monkeypatch.setattr(torch, "save", real_save)
-    assert checkpoint.load_training_state(tmp_path)["epoch"] == 1  # the last good one, intact
+    assert run.load_state()["step"] == 1  # the last good one, intact
     assert os.listdir(tmp_path) == ["state.pt"]  # no temporary file left behind
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="nothing to resume"):
-        checkpoint.load_training_state(tmp_path)
+        RunDir(tmp_path).load_state()
 
 
 @pytest.mark.slow
 def test_bf16_autocast_trains(tmp_path):
-    result = train_run(tiny_options(tmp_path / "bf16", epochs=1, bf16=True))
+    result = train(**tiny_options(tmp_path / "bf16", epochs=1, bf16=True))
     assert 0.0 <= result["test_acc"] <= 1.0 and result["train_loss"] < 10
-    fp32 = train_run(tiny_options(tmp_path / "fp32", epochs=1))
+    fp32 = train(**tiny_options(tmp_path / "fp32", epochs=1))
     assert result["train_loss"] != fp32["train_loss"]  # autocast really changed the arithmetic

@@ -209,3 +209,8 @@ class RunDir:
         path = self.file(CURVES_FILE)
         _atomic_write(path, lambda f: plot_metrics(rows, f))
         return path
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The metrics rows of a run folder (`RunDir(run_dir).read_metrics()`)."""
+    return RunDir(run_dir).read_metrics()

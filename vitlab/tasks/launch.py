@@ -74,6 +74,9 @@ def resume(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
     and the task's `resumable` ones may change (None keeps the saved value). A larger `epochs` or `steps`
     extends the run: the schedule is stretched to the new end."""
     run = RunDir(run_dir)
+    if not run.file("config.json").is_file():
+        raise FileNotFoundError(f"nothing to resume in {run_dir}: it holds no run (no config.json); start a new run "
+                                f"with `vitlab train --out {run_dir}`")
     saved = run.read_config()
     cls = get_task(saved.get("task", "classification"))
     changes = {key: value for key, value in changes.items() if value is not None}
