@@ -159,7 +159,8 @@ def inputs(kind, B=3, N=5, M=7, D=32, seed=2):
 
 def torch_masks(mask_kind, padded, B, heads, N, M):
     """Ours (True = may attend, (B, heads, N, M); padding (B, M), True = padded) and torch's equivalents
-    (attn_mask True = blocked, (B·heads, N, M)). Key 0 is never masked nor padded, so no row is empty (torch gives NaN)."""
+    (attn_mask True = blocked, (B·heads, N, M)). Key 0 is never masked nor padded, so no row is empty (torch would
+    give NaN)."""
     g = torch.Generator().manual_seed(3)
     allowed = torch.rand(B, heads, N, M, generator=g) > 0.4
     allowed[..., 0] = True

@@ -10,10 +10,11 @@ additive), an optional key_padding_mask (B, N) (True = padding, ignored as a key
 Decoder blocks (post-norm `DecoderBlock`, `PreNormDecoderBlock`) add cross-attention to an encoder output and
 can carry a `KVCache`, so that generating one more token costs one step instead of recomputing the prefix.
 
-Position embeddings, DETR's way (Carion et al. 2020, §3.2; appendix A.3, Fig. 10): added to the queries and the keys of every
-attention, never to the values nor to the residual stream, so that each layer sees where tokens are while what
-it gathers is content. `pos` belongs to the encoder tokens (in a decoder: to the memory), `query_pos` to the
-decoder's queries (DETR's object queries). In a pre-norm block they are added after the LayerNorm, as in DETR.
+Position embeddings, DETR's way (Carion et al. 2020, §3.2; appendix A.3, Fig. 10): added to the queries and the
+keys of every attention, never to the values nor to the residual stream, so that each layer sees where tokens are
+while what it gathers is content. `pos` belongs to the encoder tokens (in a decoder: to the memory), `query_pos`
+to the decoder's queries (DETR's object queries). In a pre-norm block they are added after the LayerNorm, as in
+DETR.
 
 All four blocks take the same constructor arguments: dim, num_heads, mlp_ratio, qkv_bias, proj_drop (dropout on
 each branch output), attn_drop (on the attention probabilities), drop_path (stochastic depth on each branch),
