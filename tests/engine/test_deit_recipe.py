@@ -15,6 +15,7 @@ from vitlab.engine.distill import DistillationLoss
 from vitlab.engine.ema import ModelEma
 from vitlab.engine.optim import build_optimizer
 from vitlab.engine.samplers import EpochSampler
+from vitlab.models import DistilledOutput
 
 
 def softmax_rows(logits, tau=1.0):
@@ -49,7 +50,7 @@ def test_soft_distillation_is_the_papers_formula():
     teacher = Teacher()
     images, y_cls, y_dist, labels = batch()
     alpha, tau = 0.3, 3.0
-    loss = DistillationLoss(teacher, "soft", alpha, tau)(images, (y_cls, y_dist), labels)
+    loss = DistillationLoss(teacher, "soft", alpha, tau)(images, DistilledOutput(y_cls, y_dist), labels)
     # by hand: (1 − α)·CE(ψ(Z_s), y) + α·τ²·mean_b Σ_c ψ(Z_t/τ)_c · log(ψ(Z_t/τ)_c / ψ(Z_s'/τ)_c)
     p_cls = softmax_rows(y_cls)
     ce = -sum(math.log(p_cls[b][labels[b]]) for b in range(6)) / 6
@@ -62,7 +63,7 @@ def test_hard_distillation_is_the_papers_formula():
     torch.manual_seed(0)
     teacher = Teacher()
     images, y_cls, y_dist, labels = batch(1)
-    loss = DistillationLoss(teacher, "hard", alpha=0.5)(images, (y_cls, y_dist), labels)
+    loss = DistillationLoss(teacher, "hard", alpha=0.5)(images, DistilledOutput(y_cls, y_dist), labels)
     teacher_labels = [max(range(5), key=row.__getitem__) for row in teacher(images).tolist()]
     p_cls, p_dist = softmax_rows(y_cls), softmax_rows(y_dist)
     ce_true = -sum(math.log(p_cls[b][labels[b]]) for b in range(6)) / 6
@@ -73,10 +74,24 @@ def test_hard_distillation_is_the_papers_formula():
 def test_no_distillation_trains_both_heads_on_the_labels_and_one_head_plainly():
     images, y_cls, y_dist, labels = batch(2)
     criterion = DistillationLoss(label_smoothing=0.1)
-    both = criterion(images, (y_cls, y_dist), labels)
+    both = criterion(images, DistilledOutput(y_cls, y_dist), labels)
     smoothed = [F.cross_entropy(y, labels, label_smoothing=0.1) for y in (y_cls, y_dist)]
     assert both.item() == pytest.approx(((smoothed[0] + smoothed[1]) / 2).item(), rel=1e-6)
     assert criterion(images, y_cls, labels).item() == pytest.approx(smoothed[0].item(), rel=1e-6)
+
+
+def test_two_heads_come_as_a_distilled_output_not_a_tuple():
+    images, y_cls, y_dist, labels = batch(5)
+    criterion = DistillationLoss()
+    with pytest.raises(TypeError, match="DistilledOutput"):
+        criterion(images, (y_cls, y_dist), labels)
+    # the fields are the heads: swapping them changes a distillation loss (the teacher term reads dist_logits only)
+    teacher = Teacher()
+    soft = DistillationLoss(teacher, "soft", alpha=1.0)
+    expected = F.kl_div(F.log_softmax(y_dist, -1), F.log_softmax(teacher(images), -1), reduction="batchmean",
+                        log_target=True)
+    assert soft(images, DistilledOutput(y_cls, y_dist), labels).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert soft(images, DistilledOutput(y_dist, y_cls), labels).item() != pytest.approx(expected.item(), rel=1e-3)
 
 
 def test_a_student_without_distillation_token_distils_through_its_only_head():

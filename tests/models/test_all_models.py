@@ -5,6 +5,7 @@ import torch
 
 import vitlab
 from vitlab.interop import load_model, save_weights
+from vitlab.models import DistilledOutput
 
 
 def tiny(name, seed=0):
@@ -23,8 +24,8 @@ def test_registered_model(name, tmp_path):
     config = model.config
     images = torch.randn(2, config.in_chans, config.img_size, config.img_size)
     outputs = model(images)
-    # a distilled DeiT answers with both heads in training: (y_cls, y_dist)
-    heads = outputs if isinstance(outputs, tuple) else (outputs,)
+    # a distilled DeiT answers with both heads in training, as a DistilledOutput
+    heads = (outputs.logits, outputs.dist_logits) if isinstance(outputs, DistilledOutput) else (outputs,)
     assert len(heads) == (2 if config.family == "deit" else 1)
     for logits in heads:
         assert logits.shape == (2, 5)

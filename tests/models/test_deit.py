@@ -1,5 +1,6 @@
 """DeiT against timm: parameter counts and shapes, outputs with the same weights, loading timm/official files."""
 
+import dataclasses
 import warnings
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 import vitlab
 from vitlab.interop import load_weights
 from vitlab.interop.convert import model_from_checkpoint
+from vitlab.models import DistilledOutput
 from vitlab.models.deit import DistilledVisionTransformer
 from vitlab.models.vit import count_parameters
 
@@ -43,10 +45,12 @@ def test_outputs_equal_timm_in_eval_and_training():
         torch.testing.assert_close(ours(images), theirs(images), atol=1e-5, rtol=0)
         ours.train(), theirs.train()
         theirs.set_distilled_training(True)
-        y_cls, y_dist = ours(images)
-        t_cls, t_dist = theirs(images)
-    torch.testing.assert_close(y_cls, t_cls, atol=1e-5, rtol=0)
-    torch.testing.assert_close(y_dist, t_dist, atol=1e-5, rtol=0)
+        output = ours(images)
+        t_cls, t_dist = theirs(images)  # timm: a tuple (class head, distillation head)
+    assert isinstance(output, DistilledOutput)
+    torch.testing.assert_close(output.logits, t_cls, atol=1e-5, rtol=0)
+    torch.testing.assert_close(output.dist_logits, t_dist, atol=1e-5, rtol=0)
+    torch.testing.assert_close(output.averaged(), (t_cls + t_dist) / 2, atol=1e-5, rtol=0)
 
 
 def test_two_tokens_two_heads_and_the_average_at_evaluation():
@@ -59,10 +63,14 @@ def test_two_tokens_two_heads_and_the_average_at_evaluation():
         by_hand = (model.head(tokens[:, 0]) + model.head_dist(tokens[:, 1])) / 2
         torch.testing.assert_close(model(images), by_hand)
         model.train()
-        y_cls, y_dist = model(images)  # no dropout in this model: training mode gives the same numbers
+        output = model(images)  # no dropout in this model: training mode gives the same numbers
+    y_cls, y_dist = output.logits, output.dist_logits
     torch.testing.assert_close(y_cls, model.head(tokens[:, 0]))
     torch.testing.assert_close(y_dist, model.head_dist(tokens[:, 1]))
     assert not torch.allclose(y_cls, y_dist)  # two different heads on two different tokens
+    torch.testing.assert_close(output.averaged(), by_hand)  # what evaluation returns
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        output.logits = y_dist
 
 
 @pytest.mark.parametrize("wrapper", [None, "model"])
@@ -109,6 +117,23 @@ def test_a_hugging_face_deit_with_teacher_folder_gives_its_outputs(tmp_path):
     with torch.no_grad():
         out = theirs(pixel_values=images)
         torch.testing.assert_close(ours.eval()(images), out.logits, atol=1e-5, rtol=0)
-        y_cls, y_dist = ours.train()(images)
-    torch.testing.assert_close(y_cls, out.cls_logits, atol=1e-5, rtol=0)
-    torch.testing.assert_close(y_dist, out.distillation_logits, atol=1e-5, rtol=0)
+        output = ours.train()(images)
+    torch.testing.assert_close(output.logits, out.cls_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(output.dist_logits, out.distillation_logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("pos_embed", ["learn", "sincos"])
+def test_the_position_table_is_built_once_for_both_prefix_tokens(pos_embed, monkeypatch):
+    """The config says how many prefix tokens there are, so the table is made once, with room for two; the same
+    shape as timm's table."""
+    import vitlab.models.vit as vit_module
+
+    calls = []
+    for name in ("learned_pos_embed", "sincos_pos_embed"):
+        original = getattr(vit_module, name)
+        monkeypatch.setattr(vit_module, name, lambda *a, _f=original, _n=name, **k: calls.append(a) or _f(*a, **k))
+    model = vitlab.create_model("deit_mini_distilled_patch7_28", pos_embed=pos_embed)
+    assert len(calls) == 1 and calls[0][-1] == 2  # (grid, D, num_prefix_tokens)
+    assert model.config.num_prefix_tokens == model.num_prefix_tokens == 2
+    assert model.pos_embed.shape == (1, 2 + 16, 128)
+    assert vitlab.create_model("deit_mini_patch7_28").pos_embed.shape == (1, 1 + 16, 128)

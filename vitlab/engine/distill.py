@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.deit import DistilledOutput
+
 DISTILL_KINDS = ("none", "soft", "hard")
 
 
@@ -35,7 +37,8 @@ def hard_distillation_term(student_logits: torch.Tensor, teacher_logits: torch.T
 
 
 class DistillationLoss(nn.Module):
-    """loss(images, outputs, targets) for a student's outputs: logits (B, K) or (y_cls, y_dist), each (B, K).
+    """loss(images, outputs, targets) for a student's outputs: logits (B, K), or a distilled DeiT's
+    `DistilledOutput` (logits = Z_s and dist_logits = Z_s', each (B, K)).
 
     targets: class indices (B,) or, after Mixup/CutMix, class probabilities (B, K). The teacher sees the same
     (augmented, mixed) images as the student, in eval mode and without gradients; its parameters are frozen.
@@ -62,8 +65,9 @@ class DistillationLoss(nn.Module):
     def base(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float(), targets, label_smoothing=self.label_smoothing)
 
-    def forward(self, images: torch.Tensor, outputs, targets: torch.Tensor) -> torch.Tensor:
-        y_cls, y_dist = outputs if isinstance(outputs, tuple) else (outputs, outputs)
+    def forward(self, images: torch.Tensor, outputs: torch.Tensor | DistilledOutput,
+                targets: torch.Tensor) -> torch.Tensor:
+        y_cls, y_dist = split_heads(outputs)
         if self.kind == "none":
             if y_dist is y_cls:
                 return self.base(y_cls, targets)
@@ -75,6 +79,16 @@ class DistillationLoss(nn.Module):
         else:
             term = hard_distillation_term(y_dist.float(), teacher_logits)
         return (1 - self.alpha) * self.base(y_cls, targets) + self.alpha * term
+
+
+def split_heads(outputs: torch.Tensor | DistilledOutput) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Z_s, Z_s'), each (B, K): a DistilledOutput's two heads, or plain logits twice (no distillation token)."""
+    if isinstance(outputs, DistilledOutput):
+        return outputs.logits, outputs.dist_logits
+    if isinstance(outputs, torch.Tensor):
+        return outputs, outputs
+    raise TypeError(f"expected the student's logits (B, K) or a DistilledOutput, got {type(outputs).__name__}; "
+                    f"wrap two heads' logits as vitlab.models.DistilledOutput(logits, dist_logits)")
 
 
 def freeze(model: nn.Module) -> nn.Module:

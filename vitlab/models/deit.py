@@ -8,9 +8,12 @@ distilled form (⚗), one extra learned token:
     y_cls = head(LN(zL)⁰)          learns from the true label
     y_dist = head_dist(LN(zL)¹)    learns from the teacher (engine/distill.py)
 
-In training the model returns both logits (y_cls, y_dist); in evaluation their average, as the paper does
-(§4, "at test time ... we add the softmax output by the two classifiers"; the released code averages logits,
-which is what timm and we do). Key names (cls_token, dist_token, pos_embed, head, head_dist) are timm's.
+In training the model returns both logits, as a `DistilledOutput` (logits = y_cls, dist_logits = y_dist); in
+evaluation their average, as the paper does (§4, "at test time ... we add the softmax output by the two
+classifiers"; the released code averages logits, which is what timm and we do). Key names (cls_token, dist_token,
+pos_embed, head, head_dist) are timm's.
+
+Glossary: B batch, C channels, H, W pixels, N patch tokens, D width, K classes.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..layers.pos_embed import learned_pos_embed, sincos_pos_embed
 from .registry import register_config, register_model
 from .vit import VisionTransformer, ViTConfig, _vit28
 
@@ -41,23 +43,34 @@ class DeiTConfig(ViTConfig):
                              f"and global_pool='token' (got class_token={self.class_token}, "
                              f"global_pool={self.global_pool!r})")
 
+    @property
+    def num_prefix_tokens(self) -> int:
+        """[class; distillation]: the position table has room for both from the start."""
+        return 2
+
     def build(self) -> DistilledVisionTransformer:
         return DistilledVisionTransformer(self)
 
 
+@dataclass(frozen=True)
+class DistilledOutput:
+    """What a distilled DeiT returns in training: the two heads' logits, each (B, K)."""
+
+    logits: torch.Tensor  # (B, K) the class token's head: learns from the true label
+    dist_logits: torch.Tensor  # (B, K) the distillation token's head: learns from the teacher
+
+    def averaged(self) -> torch.Tensor:
+        """(B, K), the mean of the two heads: what the model returns in evaluation."""
+        return (self.logits + self.dist_logits) / 2
+
+
 class DistilledVisionTransformer(VisionTransformer):
-    """images (B, C, H, W) -> (y_cls, y_dist), each (B, num_classes), in training; (y_cls + y_dist) / 2 in eval."""
+    """images (B, C, H, W) -> DistilledOutput (two (B, K) logits) in training; their average (B, K) in eval."""
 
     def __init__(self, config: DeiTConfig) -> None:
-        super().__init__(config)
+        super().__init__(config)  # builds the position table for config.num_prefix_tokens = 2
         D = config.dim
-        self.num_prefix_tokens = 2  # [class; distillation]
         self.dist_token = nn.Parameter(torch.zeros(1, 1, D))
-        grid = self.patch_embed.grid_size
-        if config.pos_embed == "learn":  # the parent made room for one prefix token; DeiT needs two
-            self.pos_embed = learned_pos_embed(grid, D, self.num_prefix_tokens)
-        elif config.pos_embed == "sincos":
-            self.register_buffer("pos_embed", sincos_pos_embed(grid, D, self.num_prefix_tokens), persistent=False)
         self.head_dist = nn.Linear(D, config.num_classes) if config.num_classes > 0 else nn.Identity()
         nn.init.trunc_normal_(self.dist_token, std=0.02)
         if isinstance(self.head_dist, nn.Linear):
@@ -70,16 +83,16 @@ class DistilledVisionTransformer(VisionTransformer):
         """(B, 2, D): the class token, then the distillation token."""
         return torch.cat([self.cls_token, self.dist_token], dim=1).expand(B, -1, -1)
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False):
-        """tokens (B, 2 + N, D) -> (y_cls, y_dist) in training, their mean otherwise; pre_logits: the two
-        tokens' features averaged (B, D)."""
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor | DistilledOutput:
+        """tokens (B, 2 + N, D) -> DistilledOutput (two (B, K)) in training, their mean (B, K) otherwise;
+        pre_logits: the two tokens' features averaged (B, D)."""
         cls_features, dist_features = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
         if pre_logits:
             return (cls_features + dist_features) / 2
-        y_cls, y_dist = self.head(cls_features), self.head_dist(dist_features)
+        output = DistilledOutput(self.head(cls_features), self.head_dist(dist_features))
         if self.training and self.distilled_training:
-            return y_cls, y_dist
-        return (y_cls + y_dist) / 2
+            return output
+        return output.averaged()
 
     def reset_classifier(self, num_classes: int) -> None:
         super().reset_classifier(num_classes)

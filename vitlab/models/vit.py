@@ -64,6 +64,11 @@ class ViTConfig:
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}")
 
+    @property
+    def num_prefix_tokens(self) -> int:
+        """P, the learned tokens before the patches: the class token, if any (a distilled DeiT adds a second)."""
+        return 1 if self.class_token else 0
+
     def build(self) -> VisionTransformer:
         return VisionTransformer(self)
 
@@ -77,7 +82,7 @@ class VisionTransformer(nn.Module):
         D = config.dim
         self.num_classes = config.num_classes
         self.global_pool = config.global_pool
-        self.num_prefix_tokens = 1 if config.class_token else 0
+        self.num_prefix_tokens = config.num_prefix_tokens  # known before the position table is built
         self.dynamic_img_size = config.dynamic_img_size
 
         # eq. 1: patches -> linear projection -> [class token; patch tokens] + position embeddings
