@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -25,6 +25,18 @@ from ..layers.blocks import EncoderBlock
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
 from .registry import register_config, register_model
+
+
+# Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (no config_version field) said so with
+# patch_proj="convstem" and carried stem_channels=(32, 64) in every other config, unused. These were its fields:
+CONFIG_VERSION = 2
+V1_FIELDS = frozenset({
+    "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "dim", "depth", "num_heads", "mlp_ratio",
+    "qkv_bias", "class_token", "pos_embed", "patch_proj", "stem_channels", "init_values", "drop_rate",
+    "pos_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate", "norm_eps", "fused_attn",
+    "dynamic_img_size",
+})
+V1_STEM_CHANNELS = (32, 64)  # version 1's default stem, what patch_proj="convstem" alone still gets
 
 
 @register_config
@@ -44,8 +56,8 @@ class ViTConfig:
     qkv_bias: bool = True
     class_token: bool = True
     pos_embed: str = "learn"  # "learn" | "sincos" | "none"
-    patch_proj: str = "conv"  # "conv" | "linear": same map, two implementations; "convstem": the hybrid stem
-    stem_channels: tuple[int, ...] = (32, 64)  # widths of the stride-2 stages of patch_proj="convstem"
+    patch_proj: str = "conv"  # "conv" | "linear": same map, two implementations ("convstem": old name of a stem)
+    stem_channels: tuple[int, ...] = ()  # () plain patches; else the hybrid: a conv stem of stride-2 stages this wide
     init_values: float | None = None  # layer scale initial value; None: no layer scale
     drop_rate: float = 0.0  # dropout on the pooled features before the head
     pos_drop_rate: float = 0.0  # dropout on the embedded tokens (ViT paper appendix B.1)
@@ -55,14 +67,51 @@ class ViTConfig:
     norm_eps: float = 1e-6
     fused_attn: bool = True  # scaled_dot_product_attention; False: the explicit formula
     dynamic_img_size: bool = False  # accept other image sizes, resampling the position embedding on the fly
+    config_version: int = CONFIG_VERSION  # how the fields above are read; 1: saved before stem_channels meant a stem
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ViTConfig:
+        # `config_from_dict` rebuilds a saved config as cls(**saved). A dict saved before `config_version` existed
+        # names every field of that time and no config_version: read it the old way (see `upgrade_v1`). A config
+        # made in code never passes all of them; `dataclasses.replace` passes config_version too.
+        self = super().__new__(cls)
+        saved_by_v1 = not args and "config_version" not in kwargs and V1_FIELDS <= kwargs.keys()
+        object.__setattr__(self, "_saved_by_v1", saved_by_v1)
+        return self
 
     def __post_init__(self) -> None:
+        if self.__dict__.pop("_saved_by_v1", False) or self.config_version == 1:
+            self.upgrade_v1()
+        if self.config_version != CONFIG_VERSION:
+            raise ValueError(f"config_version {self.config_version} is not one this vitlab reads (1 or "
+                             f"{CONFIG_VERSION}); a config saved by a newer vitlab needs that version to load")
+        if self.patch_proj == "convstem":  # the old way to ask for the hybrid, still accepted
+            object.__setattr__(self, "patch_proj", "conv")
+            object.__setattr__(self, "stem_channels", self.stem_channels or V1_STEM_CHANNELS)
+        object.__setattr__(self, "stem_channels", tuple(int(c) for c in self.stem_channels))
+        if self.patch_proj not in ("conv", "linear"):
+            raise ValueError(f"patch_proj must be 'conv' or 'linear', got {self.patch_proj!r}; for the hybrid "
+                             f"(a convolutional stem) give stem_channels, e.g. stem_channels=(32, 64, 128)")
+        if self.stem_channels and self.patch_proj != "conv":
+            raise ValueError(f"patch_proj={self.patch_proj!r} with stem_channels={self.stem_channels}: the stem ends "
+                             f"in its own 1×1 convolution; use patch_proj='conv' with a stem, or stem_channels=() for "
+                             f"linear patches")
+        if any(c <= 0 for c in self.stem_channels):
+            raise ValueError(f"stem_channels must be positive widths, got {self.stem_channels}")
         if self.global_pool not in ("token", "avg"):
             raise ValueError(f"global_pool must be 'token' or 'avg', got {self.global_pool!r}")
         if self.global_pool == "token" and not self.class_token:
             raise ValueError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}")
+
+    def upgrade_v1(self) -> None:
+        """Read a version-1 config: patch_proj="convstem" was the hybrid (stem_channels its stem), and any other
+        config carried the unused default stem_channels=(32, 64), which now would mean a stem."""
+        if self.patch_proj == "convstem":
+            object.__setattr__(self, "patch_proj", "conv")
+        else:
+            object.__setattr__(self, "stem_channels", ())
+        object.__setattr__(self, "config_version", CONFIG_VERSION)
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -86,7 +135,7 @@ class VisionTransformer(nn.Module):
         self.dynamic_img_size = config.dynamic_img_size
 
         # eq. 1: patches -> linear projection -> [class token; patch tokens] + position embeddings
-        if config.patch_proj == "convstem":
+        if config.stem_channels:  # the hybrid (§3.1): a convolutional stem, then the projection of each grid cell
             self.patch_embed = ConvStemPatchEmbed(
                 config.img_size, config.patch_size, config.in_chans, D, tuple(config.stem_channels),
                 strict_img_size=not config.dynamic_img_size,
@@ -371,13 +420,13 @@ STEM_28 = (32, 64, 128)
 @register_model
 def vit_mini_convstem_28() -> ViTConfig:
     """vit_mini_patch7_28 with a convolutional stem: the default Fashion-MNIST model."""
-    return _vit28(7, 128, 6, 4, patch_proj="convstem", stem_channels=STEM_28)
+    return _vit28(7, 128, 6, 4, stem_channels=STEM_28)
 
 
 @register_model
 def vit_tiny_convstem_28() -> ViTConfig:
     """vit_tiny_patch7_28 (192 wide) with the convolutional stem."""
-    return _vit28(7, 192, 6, 3, patch_proj="convstem", stem_channels=STEM_28)
+    return _vit28(7, 192, 6, 3, stem_channels=STEM_28)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
