@@ -23,6 +23,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 DEFAULT = [("vit_tiny_patch16_224", 32), ("vit_mini_patch7_28", 256)]
 QUICK = [("vit_mini_patch7_28", 16)]
 VARIANTS = ("in place", "out of place", "timm")
@@ -34,7 +35,7 @@ def probe(cpu_settings: str, workloads: list, rounds: int, target_s: float) -> l
 
     import vitlab.layers.blocks as blocks
     import vitlab.layers.mlp as mlp
-    from vitlab.bench import build, image_shape, timed
+    from benchmarks.harness import build, image_shape, timed
     from vitlab.engine.speed import tune_process
 
     if cpu_settings == "vitlab":
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if done.returncode != 0:
             raise SystemExit(f"the {cpu_settings} run failed:\n{done.stderr[-2000:]}")
         rows += json.loads(done.stdout.strip().splitlines()[-1])
-    from vitlab.bench import CPU_SETTINGS, machine, write_results
+    from benchmarks.harness import CPU_SETTINGS, machine, write_results
 
     m = machine()
     lines = [f"Machine: {m['cpu']}, {m['cpus']} cores ({m['cpu_capability']}), torch {m['torch']}, timm "

@@ -23,6 +23,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 # (model, mode, batch)
 DEFAULT = [("vit_tiny_patch16_224", "infer", 32), ("vit_tiny_patch16_224", "train", 32),
            ("vit_small_patch16_224", "infer", 32),
@@ -41,7 +42,7 @@ def probe(library: str, mode: str, workloads: list, target_s: float) -> dict:
             raise SystemExit(f"tune_process() did not fully apply here: {applied}")
     import torch
 
-    from vitlab.bench import build, image_shape, timed, train_step
+    from benchmarks.harness import build, image_shape, timed, train_step
     from vitlab.models.registry import get_config
 
     out = {}
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
         for key in keys:
             lines.append(f"| {key} | " + " | ".join(
                 f"{median[('vitlab', 'vitlab', key)] / median[(lib, 'default', key)]:.2f}" for lib in others) + " |")
-    from vitlab.bench import machine, write_results
+    from benchmarks.harness import machine, write_results
 
     m = machine()
     head = (f"Machine: {m['cpu']}, {m['cpus']} cores ({m['cpu_capability']}), torch {m['torch']}, timm "

@@ -14,13 +14,17 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torchvision.transforms import v2
 
-from vitlab.bench import write_results
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
+
+from benchmarks.harness import write_results
 from vitlab.engine.augment import rand_augment
 from vitlab.models import create_model
 

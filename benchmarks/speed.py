@@ -1,6 +1,6 @@
 """vitlab against timm and Hugging Face: inference and training images/s, peak memory, FLOPs, scaling.
 
-    python benchmarks/speed.py                        # the four models of the speed issue + scaling (~15 min, 2 cores)
+    python benchmarks/speed.py                        # the four default models + scaling (~15 min, 2 cores)
     python benchmarks/speed.py --quick                # a smoke run: tiny settings, two small models
     python benchmarks/speed.py --compile --models vit_tiny_patch16_224 --tag speed-compile --no-scaling
 
@@ -12,9 +12,13 @@ vitlab/timm and vitlab/HF are what matters: absolute numbers move on a shared ma
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from vitlab.bench import Settings, Workload, report, run_speed, write_results
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
+
+from benchmarks.harness import Settings, Workload, report, run_speed, write_results
 
 RESULTS = Path(__file__).parent / "results"
 # batch 32 for inference everywhere; training at a batch that is realistic for the model on a CPU

@@ -1,14 +1,21 @@
-"""`vitlab bench [MODEL...]`: vitlab's speed against timm and Hugging Face (a thin front door to vitlab.bench).
+"""`vitlab bench [MODEL...]`: vitlab's speed against timm and Hugging Face (a thin front door to the benchmark
+harness, `benchmarks/harness/` in the repository).
 
 The full benchmark with its committed results is `benchmarks/speed.py`; this command runs the same measurement
-for the models named and prints the same markdown tables.
+for the models named and prints the same markdown tables. The harness is not part of the installed package: the
+command finds the repository's benchmarks/ folder beside the vitlab package (an editable install from a clone).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
+
+# vitlab/cli/bench_cmd.py -> the folder holding vitlab/ (and, in a clone, benchmarks/)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,13 +43,27 @@ def run(args: argparse.Namespace) -> int:
         import transformers  # noqa: F401
     except ImportError as error:
         raise ValueError("vitlab bench compares with timm and transformers: pip install timm transformers") from error
-    from ..bench import Settings, Workload, report, run_speed
-
-    workloads = [Workload(name, args.batch, args.train_batch or args.batch) for name in args.models]
-    settings = Settings(repeats=args.repeats, rounds=args.rounds, compile=args.compile, memory=args.memory,
-                        device=args.device, cpu_settings=args.cpu_settings)
-    result = run_speed(workloads, settings, args.models[0] if args.scaling else None)
+    harness = load_harness()
+    workloads = [harness.Workload(name, args.batch, args.train_batch or args.batch) for name in args.models]
+    settings = harness.Settings(repeats=args.repeats, rounds=args.rounds, compile=args.compile, memory=args.memory,
+                                device=args.device, cpu_settings=args.cpu_settings)
+    result = harness.run_speed(workloads, settings, args.models[0] if args.scaling else None)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
-    print(report(result))
+    print(harness.report(result))
     return 0
+
+
+def load_harness() -> ModuleType:
+    """The repository's benchmark harness (`benchmarks.harness`), which lives outside the installed package."""
+    if not (REPO / "benchmarks" / "harness" / "__init__.py").is_file():
+        raise FileNotFoundError(
+            f"vitlab bench runs the benchmark harness in the repository's benchmarks/ folder, which is not part of "
+            f"the installed package (looked in {REPO / 'benchmarks'}); run it from a clone: git clone the vitlab "
+            f"repository, pip install -e . in it, then vitlab bench or python benchmarks/speed.py"
+        )
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    import benchmarks.harness
+
+    return benchmarks.harness

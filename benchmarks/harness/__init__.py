@@ -1,0 +1,74 @@
+"""Speed of vitlab against timm and Hugging Face, measured in one process, interleaved, median of repeats.
+
+Each library builds the same ViT (same width, depth, heads, patch, image size, classes) with random weights and
+every contender is measured with identical settings: the same inputs, the same AdamW, the same repeats. Rows:
+
+- inference images/s at batch 1 and a larger batch (fp32, and bf16 autocast where the device has native bf16),
+- training images/s (forward, backward, AdamW step),
+- peak memory, each library alone in a fresh subprocess (resident set on CPU, max_memory_allocated on CUDA),
+- FLOPs per image (torch.utils.flop_counter) and the achieved share of a torch.mm peak measured in the same run.
+
+Rounds are interleaved and rotated (each contender goes first once), and each round's ratio vitlab/timm pairs
+measurements taken seconds apart, so the ratios hold on a shared, noisy machine even when absolute numbers move.
+`scaling` times one model against image size with the attention core timed alone. `benchmarks/speed.py` and
+`vitlab bench` are the front doors.
+
+One concern per module: workloads (what is measured, the same model in each library), clock (timing a call),
+costs (FLOPs, matmul peak, peak memory), attention (scaling with tokens, fused against explicit attention),
+rounds (the interleaved rounds: `measure`, `run_speed`), host (the machine it ran on), reporting (markdown and
+result files).
+"""
+
+from .attention import attention_paths, scaling
+from .clock import synchronize, timed
+from .costs import achieved_share, flops_per_image, matmul_peak_gflops, peak_memory, peak_rss_mib, rss_mib
+from .host import machine
+from .reporting import attention_table, cost_table, report, scaling_table, speed_table, write_results
+from .rounds import measure, run_speed, summarise
+from .workloads import (
+    CPU_SETTINGS,
+    LIBRARIES,
+    Contender,
+    HFLogits,
+    Settings,
+    Workload,
+    build,
+    comparable,
+    contenders,
+    image_shape,
+    train_step,
+)
+
+__all__ = [
+    "CPU_SETTINGS",
+    "LIBRARIES",
+    "Contender",
+    "HFLogits",
+    "Settings",
+    "Workload",
+    "achieved_share",
+    "attention_paths",
+    "attention_table",
+    "build",
+    "comparable",
+    "contenders",
+    "cost_table",
+    "flops_per_image",
+    "image_shape",
+    "machine",
+    "matmul_peak_gflops",
+    "measure",
+    "peak_memory",
+    "peak_rss_mib",
+    "report",
+    "rss_mib",
+    "run_speed",
+    "scaling",
+    "scaling_table",
+    "speed_table",
+    "summarise",
+    "synchronize",
+    "timed",
+    "train_step",
+    "write_results",
+]

@@ -1,0 +1,30 @@
+"""The machine a result was measured on: CPU, cores, threads, torch and the reference libraries' versions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+
+import torch
+
+from vitlab.engine.speed import bf16_supported
+
+
+def machine(device: str = "cpu") -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    info = {"cpu": cpu, "cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform(),
+            "python": platform.python_version(), "device": device,
+            "bf16_native": bf16_supported(device)}
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    for lib, module in (("timm", "timm"), ("transformers", "transformers")):
+        with contextlib.suppress(ImportError):
+            info[lib] = __import__(module).__version__
+    return info

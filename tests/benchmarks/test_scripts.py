@@ -1,0 +1,63 @@
+"""Smoke runs of the benchmark scripts (benchmarks/*.py): each writes its JSON and markdown."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitlab.engine.speed import bf16_supported
+
+pytest.importorskip("timm")
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_speed_script_writes_json_and_markdown(tmp_path):
+    speed = _load_script("speed")
+    speed.main(["--quick", "--models", "vit_mini_convstem_28", "--no-memory", "--out", str(tmp_path), "--tag", "t"])
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert result["machine"]["matmul_peak_gflops"] > 0 and result["machine"]["torch"] == torch.__version__
+    assert {r["label"] for r in result["rows"]} == {"vitlab", "timm", "hf", "vitlab:vit_mini_convstem_28"}
+    assert all(r["infer_share_of_peak"] > 0 for r in result["rows"])
+    assert [r["img_size"] for r in result["scaling"]] == [28, 56]
+    assert {r["mode"] for r in result["attention_paths"]} == {"inference", "forward+backward"}
+    assert all(r["fused_ms"] > 0 and r["explicit_ms"] > 0 for r in result["attention_paths"])
+    markdown = (tmp_path / "t.md").read_text()
+    assert "| vitlab/timm | vitlab/HF |" in markdown and "torch.mm peak" in markdown
+    assert result["settings"]["cpu_settings"] == "vitlab" and "CPU process settings: vitlab's" in markdown
+    if not bf16_supported("cpu"):
+        assert any("bf16" in note for note in result["notes"])
+
+
+@pytest.mark.slow
+def test_inplace_inference_benchmark_runs_both_process_settings(tmp_path):
+    rows = _load_script("inplace_inference").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    assert [r["cpu_settings"] for r in rows] == ["default", "vitlab"]
+    assert all(r["in place / out of place"] > 0 and r["timm img/s"] > 0 for r in rows)
+    assert "| in place / out of place |" in (tmp_path / "t.md").read_text()
+
+
+@pytest.mark.slow
+def test_process_settings_benchmark_times_each_library_alone_under_both(tmp_path):
+    result = _load_script("process_settings").main(["--quick", "--libraries", "vitlab", "timm", "--out",
+                                                    str(tmp_path), "--tag", "t"])
+    assert set(result["samples"]) == {"vitlab:default", "vitlab:vitlab", "timm:default", "timm:vitlab"}
+    assert all(v > 0 for v in result["median"].values())
+    assert "vitlab (its settings) / timm (defaults)" in (tmp_path / "t.md").read_text()
+
+
+def test_randaugment_benchmark_times_both_ways(tmp_path):
+    result = _load_script("randaugment").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    (row,) = result["rows"]
+    assert row["shape"] == [8, 1, 28, 28] and all(v > 0 for v in row["seconds"].values())
+    assert 0 < row["share_of_step_after"] < 1 and "| vitlab batched |" in (tmp_path / "t.md").read_text()
