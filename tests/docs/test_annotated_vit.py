@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from vitlab.data import find_fashion_mnist
-from vitlab.docs_runner import python_blocks, run_markdown
+
+from .docs_runner import python_blocks, run_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "annotated_vit.md"
 

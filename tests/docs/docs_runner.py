@@ -1,6 +1,7 @@
-"""Run the Python blocks of a markdown file top to bottom in one namespace: `python -m vitlab.docs_runner FILE.md`.
+"""Run the Python blocks of a markdown file top to bottom in one namespace: `python tests/docs/docs_runner.py FILE.md`.
 
-The walkthrough in docs/ is executed this way by the test suite, so it cannot go stale.
+The walkthrough in docs/ is executed this way by the test suite (tests/docs/test_annotated_vit.py), so it cannot
+go stale.
 """
 
 from __future__ import annotations
@@ -29,5 +30,5 @@ def run_markdown(path: str | Path, namespace: dict[str, Any] | None = None) -> d
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m vitlab.docs_runner FILE.md")
+        sys.exit("usage: python tests/docs/docs_runner.py FILE.md")
     run_markdown(sys.argv[1])
