@@ -331,6 +331,7 @@ class _Loop:
         else:
             set_seed(config.seed + dist.rank)  # each process its own dropout and drop-path draws
         if dist.is_main:
+            self.run_dir.path.mkdir(parents=True, exist_ok=True)
             if not resume:
                 self.run_dir.file("metrics.jsonl").unlink(missing_ok=True)
             self.run_dir.write_config({**self.run_info, "loop": dataclasses.asdict(config),

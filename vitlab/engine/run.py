@@ -136,9 +136,18 @@ class RunDir:
 
     # -- weights -----------------------------------------------------------------------------------------------
     def save_weights(self, which: str, model: nn.Module, metadata: dict[str, str] | None = None) -> Path:
+        """A registered model's weights with its config (so `load_model` rebuilds it); any other module's weights
+        alone."""
         from ..interop.weights import save_weights
 
-        return save_weights(model, self.weights_file(which), metadata)
+        path = self.weights_file(which)
+        if hasattr(getattr(model, "config", None), "family"):
+            return save_weights(model, path, metadata)
+        from safetensors.torch import save
+
+        tensors = {key: value.detach().contiguous().cpu() for key, value in model.state_dict().items()}
+        _atomic_write(path, lambda f: f.write(save(tensors, metadata=metadata)))
+        return path
 
     def load_model(self, which: str = "last") -> nn.Module:
         """The model of `which` weights, rebuilt from the config stored in the file, in eval mode."""

@@ -1,0 +1,203 @@
+"""The one loop with toy tasks that know nothing of images: a few-parameter linear regression (epoch data and a
+stream), and a task with two optimizers stepped by its own `train_step`. Checked: a run stopped mid-way and
+resumed ends on the weights of an uninterrupted one; the best checkpoint follows the metric's direction;
+accumulating 2 batches of b equals one batch of 2b."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+from vitlab.engine.loop import LoopConfig, TaskData, fit
+from vitlab.engine.run import RunDir
+from vitlab.interop import read_state_dict
+from vitlab.tasks.base import Task
+
+TRUE_W = torch.tensor([[1.5, -2.0, 0.5]])
+
+
+def regression_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g)
+    return x, x @ TRUE_W.T + 0.3 + 0.1 * torch.randn(n, 1, generator=g)
+
+
+class EpochLoader:
+    """Batches of (x, y) in an order fixed by (seed, epoch), the contract of vitlab's loaders."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int = 0) -> None:
+        self.x, self.y, self.batch_size, self.seed, self.epoch = x, y, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.x) // self.batch_size
+
+    def __iter__(self):
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch))
+        for i in range(len(self)):
+            index = order[i * self.batch_size:(i + 1) * self.batch_size]
+            yield self.x[index], self.y[index]
+
+
+class Stream:
+    """Endless batches drawn from a Python RNG whose state travels with the checkpoint."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.rng, self.batch_size = random.Random("toy"), batch_size
+
+    def __iter__(self):
+        while True:
+            x = torch.tensor([[self.rng.gauss(0, 1) for _ in range(3)] for _ in range(self.batch_size)])
+            yield x, x @ TRUE_W.T + 0.3
+
+    def state_dict(self):
+        return {"rng": self.rng.getstate()}
+
+    def load_state_dict(self, state):
+        from vitlab.engine.loop import as_tuple
+
+        self.rng.setstate(as_tuple(state["rng"]))
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    dropout: float = 0.2
+
+
+class Regression(Task):
+    name = "toy-regression"
+    Config = ToyConfig
+    best = ("test_loss", "min")
+
+    def build_model(self) -> nn.Module:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Dropout(self.config.dropout), nn.Linear(3, 1))  # dropout: the global RNG matters
+        model.config = self.config
+        return model
+
+    def loss(self, model, batch):
+        x, y = batch
+        error = model(x) - y
+        return {"loss": error.pow(2).mean(), "abs_error": error.abs().mean()}
+
+    def evaluate(self, model, data):
+        x, y = data
+        model.eval()
+        with torch.no_grad():
+            return {"test_loss": (model(x) - y).pow(2).mean().item()}
+
+
+class TwoOptimizers(Regression):
+    """Two heads, each with its own optimizer, stepped one after the other (a GAN's pattern)."""
+
+    def build_model(self) -> nn.Module:
+        torch.manual_seed(0)
+        model = nn.ModuleDict({"a": nn.Linear(3, 1), "b": nn.Linear(3, 1)})
+        model.config = self.config
+        model.forward = lambda x: model["a"](x)
+        return model
+
+    def optimized_modules(self, model):
+        return {"a": model["a"], "b": model["b"]}
+
+    def train_step(self, model, batch, stepper):
+        x, y = batch
+        loss_a = (model["a"](x) - y).pow(2).mean()
+        stepper.backward(loss_a)
+        stepper.step("a")
+        loss_b = (model["b"](x) + y).pow(2).mean()  # b learns -y
+        stepper.backward(loss_b)
+        stepper.step("b")
+        return {"loss": loss_a + loss_b, "loss_b": loss_b}
+
+
+def run_toy(task_cls, run_dir, resume=False, stream=False, **loop):
+    task = task_cls(ToyConfig())
+    train = Stream(8) if stream else EpochLoader(*regression_data(64, seed=1), batch_size=8)
+    data = TaskData(train=train, eval=regression_data(32, seed=2))
+    model = task.build_model()
+    length = {"steps": 20, "eval_every": 5} if stream else {"epochs": 3}
+    config = LoopConfig(**{**length, "lr": 0.05, "warmup_steps": 2, **loop})
+    result = fit(task, model, data, config, RunDir(run_dir), resume=resume)
+    return model, result
+
+
+def weights(run_dir, which="last"):
+    return read_state_dict(run_dir / f"{which}.safetensors")
+
+
+@pytest.mark.parametrize(("task_cls", "stream"), [(Regression, False), (Regression, True), (TwoOptimizers, False)])
+def test_stopped_and_resumed_equals_uninterrupted(tmp_path, task_cls, stream):
+    straight, _ = run_toy(task_cls, tmp_path / "straight", stream=stream)
+    # stop in the middle of an epoch (step 5 of 8 per epoch) or between two stream evaluations, then resume
+    run_toy(task_cls, tmp_path / "split", stream=stream, max_steps_this_run=7 if stream else 5)
+    state = RunDir(tmp_path / "split").load_state()
+    assert state["step"] == (7 if stream else 5)
+    resumed, result = run_toy(task_cls, tmp_path / "split", resume=True, stream=stream)
+    assert result["step"] == (20 if stream else 24)
+    for key, value in straight.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[key], value, atol=0, rtol=0, msg=key)
+    rows = RunDir(tmp_path / "split").read_metrics()
+    assert [row["step"] for row in rows] == ([5, 7, 10, 15, 20] if stream else [5, 8, 16, 24])
+    assert all(row["train_loss"] > 0 for row in rows)
+
+
+def test_two_optimizers_both_learn_and_are_saved(tmp_path):
+    model, _ = run_toy(TwoOptimizers, tmp_path / "run", epochs=10, lr=0.2, weight_decay=0.0)
+    torch.testing.assert_close(model["a"].weight, TRUE_W, atol=0.1, rtol=0)
+    torch.testing.assert_close(model["b"].weight, -TRUE_W, atol=0.1, rtol=0)
+    state = RunDir(tmp_path / "run").load_state()
+    assert set(state["optimizers"]) == {"a", "b"} and set(state["schedulers"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize("direction", ["min", "max"])
+def test_best_checkpoint_follows_the_metrics_direction(tmp_path, direction):
+    class Chosen(Regression):
+        best = ("test_loss", direction)
+
+    run_toy(Chosen, tmp_path / "run", epochs=4)
+    rows = RunDir(tmp_path / "run").read_metrics()
+    losses = [row["test_loss"] for row in rows]
+    assert losses[-1] < losses[0]  # it learns, so min and max pick different evaluations
+    chosen = rows[losses.index(min(losses) if direction == "min" else max(losses))]
+    _, metadata = weights(tmp_path / "run", "best")
+    assert metadata["step"] == str(chosen["step"])
+    assert float(metadata["test_loss"]) == pytest.approx(chosen["test_loss"])
+
+
+def test_accumulating_two_batches_equals_the_double_batch(tmp_path):
+    class NoDropout(Regression):
+        def build_model(self):
+            torch.manual_seed(0)
+            model = nn.Linear(3, 1)
+            model.config = self.config
+            return model
+
+    def run(name, batch, accum):
+        task = NoDropout(ToyConfig())
+        data = TaskData(EpochLoader(*regression_data(64, seed=1), batch_size=batch), regression_data(32, seed=2))
+        model = task.build_model()
+        fit(task, model, data, LoopConfig(epochs=3, lr=0.05, warmup_steps=2, batch_size=batch, accum_steps=accum),
+            RunDir(tmp_path / name))
+        return model
+
+    double, accumulated = run("double", 16, 1), run("accumulated", 8, 2)
+    for key, value in double.state_dict().items():
+        torch.testing.assert_close(accumulated.state_dict()[key], value, atol=1e-6, rtol=0)
+
+
+def test_loop_options_are_checked_with_their_names():
+    with pytest.raises(ValueError, match="accum_steps must be at least 1"):
+        LoopConfig(accum_steps=0)
+    with pytest.raises(ValueError, match="ema_decay must be 0 .off. or in .0, 1."):
+        LoopConfig(ema_decay=1.5)
+    with pytest.raises(ValueError, match="steps must be given without epochs"):
+        LoopConfig(epochs=2, steps=10)
+    with pytest.raises(ValueError, match="schedule must be one of cosine, inverse_sqrt"):
+        LoopConfig(schedule="linear")
