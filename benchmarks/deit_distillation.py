@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from vitlab.engine.session import TrainOptions, train_run
-from vitlab.engine.trainer import read_metrics
+from vitlab.engine.run import read_metrics
+from vitlab.tasks import train as train_run
 
 RESULTS = Path(__file__).parent / "results"
 RUNS = RESULTS / "runs"
@@ -46,7 +46,7 @@ def train(run_dir: Path, reuse: bool, **options) -> dict:
     if reuse and finished(run_dir, options["epochs"]):
         print(f"reusing the finished run in {run_dir}")
     else:
-        train_run(TrainOptions(data="fashion-mnist", out=str(run_dir), overwrite=True, **options))
+        train_run(data="fashion-mnist", out=str(run_dir), overwrite=True, **options)
     rows = read_metrics(run_dir)
     return {"run_dir": str(run_dir.relative_to(RESULTS.parent.parent)), "test_acc": rows[-1]["test_acc"],
             "train_time_s": round(sum(r["train_time_s"] for r in rows), 1),

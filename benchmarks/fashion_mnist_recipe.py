@@ -20,16 +20,16 @@ from pathlib import Path
 
 import torch
 
-from vitlab.engine.recipes import RECIPES
-from vitlab.engine.session import TrainOptions, train_run
-from vitlab.engine.trainer import read_metrics
+from vitlab.engine.run import read_metrics
+from vitlab.tasks import train
+from vitlab.tasks.classification.recipes import RECIPES
 from vitlab.interop import load_model
 
 RESULTS = Path(__file__).parent / "results"
 
 # name -> (model, model overrides, recipe overrides)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
-    "default": (RECIPES["fashion-mnist"]["model"], {}, {}),  # the hybrid: vit_mini_convstem_28, 8 epochs
+    "default": (RECIPES["fashion-mnist"]["task"]["model"], {}, {}),  # the hybrid: vit_mini_convstem_28, 8 epochs
     "plain_patch7": ("vit_tiny_patch7_28", {"dim": 128, "num_heads": 4}, {"epochs": 9}),  # = vit_mini_patch7_28
     "plain_patch4_d64": ("vit_tiny_patch4_28", {"dim": 64, "num_heads": 2}, {"epochs": 10}),
     "tiny_convstem": ("vit_tiny_convstem_28", {}, {"epochs": 5}),
@@ -39,18 +39,18 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
 def run_variant(name: str, epochs: int | None, lr: float | None, seed: int, reuse: bool) -> dict:
     model, model_overrides, recipe_overrides = VARIANTS[name]
     run_dir = RESULTS / "runs" / name
-    options = TrainOptions(data="fashion-mnist", out=str(run_dir), model=model, seed=seed,
-                           model_overrides=model_overrides, overwrite=True, **recipe_overrides)
+    options = dict(data="fashion-mnist", out=str(run_dir), model=model, seed=seed, model_overrides=model_overrides,
+                   overwrite=True, **recipe_overrides)
     if epochs is not None:
-        options.epochs = epochs
+        options["epochs"] = epochs
     if lr is not None:
-        options.lr = lr
+        options["lr"] = lr
     start = time.perf_counter()
     if reuse and finished(run_dir):
         print(f"{name}: reusing the finished run in {run_dir}")
         final = read_metrics(run_dir)[-1]
     else:
-        final = train_run(options)
+        final = train(**options)
     wall = time.perf_counter() - start
     rows = read_metrics(run_dir)
     train_time = 0.0

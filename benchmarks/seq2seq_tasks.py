@@ -23,7 +23,10 @@ from pathlib import Path
 import torch
 
 from vitlab.data.sequences import MAX_HELD_OUT_SHARE, TASKS
-from vitlab.engine.seq2seq import METRICS_FILE, Seq2SeqTrainOptions, read_jsonl, train_seq2seq
+from vitlab.engine.run import read_metrics
+from vitlab.tasks import train
+from vitlab.tasks.launch import loop_config
+from vitlab.tasks.seq2seq import Seq2SeqConfig, Seq2SeqTask
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parents[1] / "README.md"
@@ -31,12 +34,13 @@ MARKER = "<!-- seq2seq-tasks -->"
 
 
 def run_task(task: str, steps: int | None, root: Path) -> dict:
-    options = Seq2SeqTrainOptions(task=task, out=str(root / task), **({"steps": steps} if steps else {}))
-    train_seq2seq(options)
-    rows = read_jsonl(root / task / METRICS_FILE)
-    resolved = options.make_task()
+    config = Seq2SeqConfig(problem=task)
+    loop = loop_config(Seq2SeqTask, config, {"steps": steps} if steps else {})
+    train("seq2seq", out=str(root / task), problem=task, **({"steps": steps} if steps else {}))
+    rows = read_metrics(root / task)
+    resolved = config.sequence_task()
     return {"task": task, "lengths": [resolved.min_len, resolved.max_len], "num_symbols": resolved.num_symbols,
-            "options": dataclasses.asdict(options), "curve": rows, "final_exact_acc": rows[-1]["test_exact_acc"],
+            "options": {**dataclasses.asdict(config), **dataclasses.asdict(loop)}, "curve": rows, "final_exact_acc": rows[-1]["test_exact_acc"],
             "steps": rows[-1]["step"], "elapsed_s": rows[-1]["elapsed_s"],
             "final_exact_acc_by_len": rows[-1]["test_exact_acc_by_len"]}
 

@@ -21,6 +21,7 @@ from ...engine.distill import DistillationLoss
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader, TensorLoader
 from ...engine.loop import TaskData
+from ...models.deit import DistilledOutput
 from ...models.registry import create_model
 from ..base import Task
 from .config import ClassificationConfig
@@ -187,13 +188,9 @@ class ClassificationTask(Task):
         return format_prediction(item)
 
 
-def mean_logits(outputs: Any) -> torch.Tensor:
+def mean_logits(outputs: torch.Tensor | DistilledOutput) -> torch.Tensor:
     """A distilled DeiT's two heads averaged (what it predicts with in evaluation); plain logits as they are."""
-    if hasattr(outputs, "averaged"):
-        return outputs.averaged()
-    if isinstance(outputs, tuple):
-        return (outputs[0] + outputs[1]) / 2
-    return outputs
+    return outputs.averaged() if isinstance(outputs, DistilledOutput) else outputs
 
 
 def weights_file(path: str) -> str:
