@@ -33,7 +33,8 @@ QUICK = [Workload("vit_mini_convstem_28", infer_batch=8, train_batch=8),
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", help="registered names (default: the four of the speed issue)")
+    parser.add_argument("--models", nargs="+",
+                        help="registered names (default: vit_{tiny,small,base}_patch16_224, vit_mini_convstem_28)")
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run (seconds, not minutes)")
     parser.add_argument("--repeats", type=int, default=5, help="most timed calls per row per round (default: 5)")
     parser.add_argument("--target-s", type=float, default=2.5, help="seconds per row per round (default: 2.5)")
