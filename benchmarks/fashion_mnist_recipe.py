@@ -61,7 +61,7 @@ def run_variant(name: str, epochs: int | None, lr: float | None, seed: int, reus
                       "elapsed_s": round(row["elapsed_s"], 1), "test_acc": row.get("test_acc")})
     info = json.loads((run_dir / "config.json").read_text())
     params = sum(p.numel() for p in load_model(run_dir / "last.safetensors").parameters())
-    return {"variant": name, "model": model, "model_overrides": model_overrides, "recipe": info["recipe"],
+    return {"variant": name, "model": model, "model_overrides": model_overrides, "recipe": {**info["loop"], **info["config"]},
             "params": params, "final_test_acc": final["test_acc"], "train_time_s": round(train_time, 1),
             "wall_time_s": round(wall, 1), "elapsed_s": round(rows[-1]["elapsed_s"], 1),
             "images_per_s": round(rows[-1]["train_images_per_s"], 1),
@@ -72,7 +72,7 @@ def finished(run_dir: Path) -> bool:
     """A run folder whose last epoch is the one its recipe planned."""
     config = run_dir / "config.json"
     rows = read_metrics(run_dir)
-    return config.is_file() and bool(rows) and rows[-1]["epoch"] == json.loads(config.read_text())["recipe"]["epochs"]
+    return config.is_file() and bool(rows) and rows[-1]["epoch"] == json.loads(config.read_text())["loop"]["epochs"]
 
 
 def plot(results: list[dict], path: Path) -> None:

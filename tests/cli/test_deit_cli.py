@@ -35,7 +35,7 @@ def test_distilled_student_with_the_whole_recipe(teacher, tmp_path, capsys):
     assert [r["epoch"] for r in rows] == [1, 2]
     assert all(0 <= r["test_acc_ema"] <= 1 for r in rows)
     info = json.loads((out / "config.json").read_text())
-    assert info["recipe"]["distill"] == "hard" and info["options"]["teacher"] == str(teacher.resolve())
+    assert info["config"]["distill"] == "hard" and info["config"]["teacher"] == str(teacher.resolve())
     # the EMA file holds other weights than the trained model, and evaluates from the command line
     ema, last = read_state_dict(out / "ema.safetensors")[0], read_state_dict(out / "last.safetensors")[0]
     assert not torch.equal(ema["head_dist.weight"], last["head_dist.weight"])

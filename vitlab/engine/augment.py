@@ -18,6 +18,8 @@ import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import v2
 
+from .options import OptionError
+
 # RandAugment's 14 operations in torchvision's order, with the strength at each of 31 magnitude bins (None: the
 # operation has no strength) and whether a coin flip negates it. The order and the bins are what torchvision's
 # v2.RandAugment draws from, so that both make the same choices from the same random stream.
@@ -85,8 +87,8 @@ def rand_augment(num_ops: int, magnitude: int) -> Callable[[torch.Tensor], torch
     operation then runs once on all the images that drew it: ~14 calls per round instead of one per image.
     """
     if not 0 <= magnitude <= 30 or num_ops < 1:
-        raise ValueError(f"RandAugment needs --randaugment-ops >= 1 and a magnitude in 0..30 (DeiT uses 2 and 9), "
-                         f"got {num_ops} and {magnitude}")
+        raise ValueError(f"RandAugment needs randaugment_ops >= 1 and a magnitude (randaugment) in 0..30 (DeiT uses "
+                         f"2 and 9), got {num_ops} and {magnitude}")
 
     def apply(images: torch.Tensor) -> torch.Tensor:
         B, C, H, W = images.shape
@@ -118,7 +120,7 @@ def rand_augment(num_ops: int, magnitude: int) -> Callable[[torch.Tensor], torch
 def random_erasing(probability: float) -> Callable[[torch.Tensor], torch.Tensor]:
     """images (B, C, H, W) -> same shape; each image independently loses a random box to Gaussian noise."""
     if not 0 < probability <= 1:
-        raise ValueError(f"--random-erasing is a probability in (0, 1], got {probability}")
+        raise OptionError("random_erasing", f"is a probability in (0, 1], got {probability}")
     op = v2.RandomErasing(p=probability, value="random")  # DeiT/timm erase with per-pixel noise
     return lambda images: torch.stack([op(image) for image in images])
 
@@ -127,7 +129,7 @@ def mixup_cutmix(mixup_alpha: float, cutmix_alpha: float, num_classes: int):
     """A function (images (B, C, H, W), labels (B,)) -> (mixed images, soft targets (B, num_classes)), or None
     when both are off. With both on, each batch uses one of the two, chosen at random (as DeiT does)."""
     if mixup_alpha < 0 or cutmix_alpha < 0:
-        raise ValueError(f"--mixup and --cutmix are Beta(α, α) parameters, 0 (off) or more; got {mixup_alpha} "
+        raise ValueError(f"mixup and cutmix are Beta(α, α) parameters, 0 (off) or more; got {mixup_alpha} "
                          f"and {cutmix_alpha}")
     ops = []
     if mixup_alpha > 0:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.deit import DistilledOutput
+from .options import OptionError
 
 DISTILL_KINDS = ("none", "soft", "hard")
 
@@ -48,11 +49,11 @@ class DistillationLoss(nn.Module):
                  label_smoothing: float = 0.0) -> None:
         super().__init__()
         if kind not in DISTILL_KINDS:
-            raise ValueError(f"--distill must be one of {', '.join(DISTILL_KINDS)}, got {kind!r}")
+            raise OptionError("distill", f"must be one of {', '.join(DISTILL_KINDS)}, got {kind!r}")
         if kind != "none" and teacher is None:
-            raise ValueError(f"--distill {kind} needs a teacher: --teacher RUN_DIR (a finished `vitlab train` run)")
+            raise OptionError("distill", f"{kind} needs a teacher: the run folder of a finished `vitlab train` run")
         if not 0 <= alpha <= 1 or tau <= 0:
-            raise ValueError(f"--distill-alpha must be in [0, 1] and --distill-tau positive, got {alpha} and {tau}")
+            raise ValueError(f"distill_alpha must be in [0, 1] and distill_tau positive, got {alpha} and {tau}")
         self.kind, self.alpha, self.tau, self.label_smoothing = kind, alpha, tau, label_smoothing
         self.teacher = freeze(teacher) if teacher is not None and kind != "none" else None
 

@@ -12,11 +12,13 @@ import copy
 import torch
 from torch import nn
 
+from .options import OptionError
+
 
 class ModelEma:
     def __init__(self, model: nn.Module, decay: float) -> None:
         if not 0 < decay < 1:
-            raise ValueError(f"--ema-decay must be in (0, 1), e.g. 0.9998, got {decay}")
+            raise OptionError("ema_decay", f"must be in (0, 1), e.g. 0.9998, got {decay}")
         self.decay = decay
         self.module = copy.deepcopy(model).eval()
         for param in self.module.parameters():

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data.distributed import DistributedSampler
 
+from .options import OptionError
+
 
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
@@ -30,7 +32,7 @@ class EpochSampler(DistributedSampler):
                  rank: int = 0, pad: bool = True) -> None:
         """pad=False (evaluation): the shards are left uneven rather than counting some images twice."""
         if repeats < 1:
-            raise ValueError(f"--repeated-aug is a number of copies, 1 (off) or more; got {repeats}")
+            raise OptionError("repeated_aug", f"is a number of copies, 1 (off) or more; got {repeats}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is outside 0..{num_replicas - 1}")
         super().__init__(range(size), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)

@@ -19,6 +19,8 @@ import warnings
 import torch
 from torch import nn
 
+from .options import OptionError
+
 
 def bf16_supported(device: str | torch.device = "cpu") -> bool:
     """True where bf16 matmuls run natively on `device` (so autocast to bf16 is faster, not emulated)."""
@@ -53,7 +55,7 @@ def check_bf16(device: str | torch.device) -> None:
     """Raise a ValueError that says what to do when bf16 was asked for on a device that would emulate it."""
     reason = bf16_unsupported_reason(device)
     if reason:
-        raise ValueError(f"--bf16 asked for, but {reason}; run without --bf16 (fp32) on this machine")
+        raise OptionError("bf16", f"was asked for, but {reason}; run without it (fp32) on this machine")
 
 
 def maybe_compile(model: nn.Module, enabled: bool, **options) -> nn.Module:

@@ -37,7 +37,7 @@ class ResNetConfig:
         if self.depth not in (18, 34):
             raise ValueError(f"ResNet depth must be 18 or 34, got {self.depth}")
         if self.drop_path_rate:
-            raise ValueError(f"stochastic depth is not implemented for ResNets; use --drop-path 0, "
+            raise ValueError(f"stochastic depth is not implemented for ResNets; use drop_path_rate=0, "
                              f"got {self.drop_path_rate}")
 
     def build(self) -> ResNet:

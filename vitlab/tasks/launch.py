@@ -22,7 +22,7 @@ from torch import nn
 from ..engine.distributed import barrier, broadcast_object, init_distributed
 from ..engine.loop import LoopConfig, fit
 from ..engine.options import FixedOptionsError, from_dict, split_options
-from ..engine.run import RunDir
+from ..engine.run import RunDir, RunFileError
 from .base import Task
 
 # loop options a resumed run may change; the rest must stay what the run started with
@@ -78,7 +78,10 @@ def resume(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
         raise FileNotFoundError(f"nothing to resume in {run_dir}: it holds no run (no config.json); start a new run "
                                 f"with `vitlab train --out {run_dir}`")
     saved = run.read_config()
-    cls = get_task(saved.get("task", "classification"))
+    if not isinstance(saved.get("task"), str):
+        raise RunFileError(f"{run.path} was written by an earlier vitlab, whose checkpoints cannot be resumed by this "
+                           f"one; start a new run from its weights: `vitlab train --weights {run.weights_file()}`")
+    cls = get_task(saved["task"])
     changes = {key: value for key, value in changes.items() if value is not None}
     fixed = sorted(key for key in changes if key not in RESUMABLE + cls.resumable)
     if fixed:
@@ -128,9 +131,39 @@ def model_config(model: nn.Module) -> dict[str, Any]:
     return {"name": getattr(model, "model_name", None), **config_to_dict(model.config)}
 
 
+def upgrade_run_config(saved: dict[str, Any]) -> dict[str, Any]:
+    """A config.json written before tasks shared one loop, in today's layout (so eval and predict read old runs).
+
+    Then a classification run kept {"options", "recipe", "data", ...} and a seq2seq run {"options", "task": the
+    problem, "model", "vocab"}."""
+    if isinstance(saved.get("task"), str) or "options" not in saved:
+        return saved
+    from .classification import ClassificationConfig
+    from .seq2seq import Seq2SeqConfig
+
+    def fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+        names = {field.name for field in dataclasses.fields(cls)}
+        return {key: value for key, value in values.items() if key in names and value is not None}
+
+    options = saved["options"]
+    if isinstance(saved.get("task"), dict):  # seq2seq: "task" was the problem
+        config = fields(Seq2SeqConfig, {**options, "problem": options.get("task")})
+        return {**saved, "task": "seq2seq", "problem": saved["task"], "config": config,
+                "loop": fields(LoopConfig, {**_seq2seq_loop_defaults(), **options})}
+    merged = {**saved.get("recipe", {}), **options}
+    config = {**fields(ClassificationConfig, merged), "model_overrides": saved.get("model_overrides", {})}
+    return {**saved, "task": "classification", "config": config, "loop": fields(LoopConfig, merged)}
+
+
+def _seq2seq_loop_defaults() -> dict[str, Any]:
+    from .seq2seq import Seq2SeqConfig, Seq2SeqTask
+
+    return Seq2SeqTask.loop_defaults(Seq2SeqConfig())
+
+
 def load_task(run_dir: str | Path) -> tuple[Task, dict[str, Any]]:
     """The task of a run folder, rebuilt from its config.json (no data is read), and that config."""
-    saved = RunDir(run_dir).read_config()
+    saved = upgrade_run_config(RunDir(run_dir).read_config())
     cls = get_task(saved.get("task", "classification"))
     loop = from_dict(LoopConfig, saved.get("loop", {}))
     return cls(from_dict(cls.Config, saved.get("config", {})), loop), saved

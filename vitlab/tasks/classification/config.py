@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ...engine.options import check, check_choices, option
+from ...engine.options import OptionError, check, check_choices, option
 from .recipes import recipe_for
 
 RECIPE = "the data's recipe"
@@ -67,8 +67,8 @@ class ClassificationConfig:
         check(0 <= self.distill_alpha <= 1, "distill_alpha", "in [0, 1]", self.distill_alpha)
         check(self.distill_tau > 0, "distill_tau", "positive", self.distill_tau)
         if (self.distill != "none") != bool(self.teacher):
-            raise ValueError(f"distill {self.distill!r} and teacher go together: give distill soft|hard with a "
-                             f"teacher run folder (--distill soft --teacher RUN_DIR), or neither")
+            raise OptionError("teacher", f"and distill go together: give distill soft|hard with a teacher run folder, "
+                              f"or neither (got distill={self.distill!r}, teacher={self.teacher!r})")
 
     def resolved(self) -> ClassificationConfig:
         """The config with the data's recipe filled in where an option was left unset."""

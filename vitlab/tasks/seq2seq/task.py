@@ -175,7 +175,9 @@ def load_seq2seq_run(run_dir: str | Path, which: str = "last") -> tuple[Seq2SeqT
         raise FileNotFoundError(f"{run_dir} is not a finished seq2seq run: expected config.json and "
                                 f"{which}.safetensors in it; train one with `vitlab train --task seq2seq --out "
                                 f"{run_dir}`")
-    saved = run.read_config()
+    from ..launch import upgrade_run_config
+
+    saved = upgrade_run_config(run.read_config())
     if saved.get("task") != "seq2seq" or "problem" not in saved:
         raise ValueError(f"{run.file('config.json')} was not written by `vitlab train --task seq2seq`; pass a "
                          f"seq2seq run folder")

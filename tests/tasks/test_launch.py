@@ -1,0 +1,66 @@
+"""From options to runs: a run's length in optimizer steps for a task with epochs, options checked against the
+chosen task, and run folders written before tasks shared one loop still evaluated."""
+
+import json
+
+import pytest
+import torch
+
+from tests.engine.conftest import MINI, tiny_options
+from vitlab.cli.main import main
+from vitlab.data.sequences import SequenceTask
+from vitlab.engine.run import RunDir
+from vitlab.tasks import resume, train
+from vitlab.tasks.seq2seq import Seq2SeqConfig, Seq2SeqTask
+
+
+def test_steps_end_a_classification_run_mid_epoch_and_resume_exactly(tmp_path):
+    # 200 images in batches of 32: 6 steps an epoch; 8 steps end a third into the second epoch
+    straight = train(**tiny_options(tmp_path / "straight", epochs=None, steps=10))
+    assert straight["step"] == 10 and straight["epoch"] == pytest.approx(10 / 6, abs=1e-4)
+    rows = RunDir(tmp_path / "straight").read_metrics()
+    assert [row["step"] for row in rows] == [6, 10]
+    train(**tiny_options(tmp_path / "split", epochs=None, steps=10, max_steps_this_run=8))
+    assert RunDir(tmp_path / "split").load_state()["step"] == 8
+    resume(tmp_path / "split")
+    a, b = RunDir(tmp_path / "straight").read_weights(), RunDir(tmp_path / "split").read_weights()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0, msg=key)
+
+
+def test_an_option_of_another_task_is_refused(tmp_path, capsys):
+    assert main(["train", "--task", "seq2seq", "--model", "vit_tiny_patch4_28", "--out", str(tmp_path / "r")]) == 2
+    assert "--model is an option of --task classification, not of --task seq2seq" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="unknown option.*'modle'"):
+        train(modle="vit_tiny_patch4_28", out=str(tmp_path / "r"))
+
+
+def test_a_classification_run_of_the_earlier_layout_still_evaluates(tmp_path, capsys):
+    run = tmp_path / "old"
+    train(**tiny_options(run, epochs=1))
+    data = json.loads((run / "config.json").read_text())["data"]
+    old = {"data": data, "recipe": {"model": "vit_tiny_patch4_28", "epochs": 2, "batch_size": 32, "img_size": 28,
+                                    "crop_padding": 0, "hflip": True},
+           "options": {"data": "fashion-mnist", "data_dir": str(MINI), "allow_partial_data": True, "seed": 0,
+                       "skip_bad_images": False, "val_fraction": 0.1}, "model_overrides": {}}
+    (run / "config.json").write_text(json.dumps(old))
+    capsys.readouterr()
+    assert main(["eval", str(run), "--json", "--no-plot"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_images"] == 100
+    assert main(["train", "--resume", str(run)]) == 2
+    assert "written by an earlier vitlab" in capsys.readouterr().err
+
+
+def test_a_seq2seq_run_of_the_earlier_layout_still_translates(tmp_path, capsys):
+    run = tmp_path / "old"
+    config = Seq2SeqConfig(problem="copy", dim=16, depth=1, num_heads=2)
+    model = Seq2SeqTask(config).build_model()
+    RunDir(run).path.mkdir()
+    RunDir(run).save_weights("last", model)
+    problem = SequenceTask("copy", 10, 1, 10)
+    old = {"options": {"task": "copy", "dim": 16, "depth": 1, "num_heads": 2, "steps": 20, "seed": 0},
+           "task": {"name": "copy", "num_symbols": 10, "min_len": 1, "max_len": 10},
+           "model": {}, "vocab": list(problem.vocab.symbols)}
+    (run / "config.json").write_text(json.dumps(old))
+    assert main(["translate", str(run), "1 2 3"]) == 0
+    assert all(token in problem.vocab.symbols for token in capsys.readouterr().out.split())
