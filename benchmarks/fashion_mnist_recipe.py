@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from vitlab.engine.run import read_metrics
+from vitlab.interop import load_model
 from vitlab.tasks import train
 from vitlab.tasks.classification.recipes import RECIPES
-from vitlab.interop import load_model
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -61,7 +61,8 @@ def run_variant(name: str, epochs: int | None, lr: float | None, seed: int, reus
                       "elapsed_s": round(row["elapsed_s"], 1), "test_acc": row.get("test_acc")})
     info = json.loads((run_dir / "config.json").read_text())
     params = sum(p.numel() for p in load_model(run_dir / "last.safetensors").parameters())
-    return {"variant": name, "model": model, "model_overrides": model_overrides, "recipe": {**info["loop"], **info["config"]},
+    return {"variant": name, "model": model, "model_overrides": model_overrides,
+            "recipe": {**info["loop"], **info["config"]},
             "params": params, "final_test_acc": final["test_acc"], "train_time_s": round(train_time, 1),
             "wall_time_s": round(wall, 1), "elapsed_s": round(rows[-1]["elapsed_s"], 1),
             "images_per_s": round(rows[-1]["train_images_per_s"], 1),

@@ -24,9 +24,9 @@ from torchvision.transforms import v2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 
-from benchmarks.harness import write_results
-from vitlab.engine.augment import rand_augment
-from vitlab.models import create_model
+from benchmarks.harness import write_results  # noqa: E402 - after the path set-up above
+from vitlab.engine.augment import rand_augment  # noqa: E402 - after the path set-up above
+from vitlab.models import create_model  # noqa: E402 - after the path set-up above
 
 RESULTS = Path(__file__).parent / "results"
 # (model whose training step is timed beside it, channels, image size, batch)

@@ -40,7 +40,8 @@ def run_task(task: str, steps: int | None, root: Path) -> dict:
     rows = read_metrics(root / task)
     resolved = config.sequence_task()
     return {"task": task, "lengths": [resolved.min_len, resolved.max_len], "num_symbols": resolved.num_symbols,
-            "options": {**dataclasses.asdict(config), **dataclasses.asdict(loop)}, "curve": rows, "final_exact_acc": rows[-1]["test_exact_acc"],
+            "options": {**dataclasses.asdict(config), **dataclasses.asdict(loop)}, "curve": rows,
+            "final_exact_acc": rows[-1]["test_exact_acc"],
             "steps": rows[-1]["step"], "elapsed_s": rows[-1]["elapsed_s"],
             "final_exact_acc_by_len": rows[-1]["test_exact_acc_by_len"]}
 

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 
-from benchmarks.harness import Settings, Workload, report, run_speed, write_results
+from benchmarks.harness import Settings, Workload, report, run_speed, write_results  # noqa: E402 - after the path set-up above
 
 RESULTS = Path(__file__).parent / "results"
 # batch 32 for inference everywhere; training at a batch that is realistic for the model on a CPU

@@ -34,7 +34,8 @@ def test_train_then_translate_prints_tokens_on_the_last_line(run_dir, capsys):
     (["train", "--problem", "sort"], "--problem is an option of --task seq2seq, not of --task classification"),
     (["train-seq2seq", "--out", "RUN"], "already holds a run; continue it with --resume"),
     (["train-seq2seq", "--resume", "MISSING"], "nothing to resume"),
-    (["train-seq2seq", "--dim", "30", "--num-heads", "4", "--out", "NEW"], "--dim must be even and divisible by num_heads=4"),
+    (["train-seq2seq", "--dim", "30", "--num-heads", "4", "--out", "NEW"],
+     "--dim must be even and divisible by num_heads=4"),
 ])
 def test_user_errors_give_one_line_and_rc_2(run_dir, tmp_path, capsys, argv, message):
     argv = [str(run_dir) if a == "RUN" else str(tmp_path / "missing") if a == "MISSING"

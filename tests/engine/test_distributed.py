@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitlab.tasks import train
 from vitlab.interop import read_state_dict
+from vitlab.tasks import train
 
 MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
 COMMON = ["--data-dir", str(MINI), "--allow-partial-data", "--model", "vit_mini_patch7_28", "--no-hflip",

@@ -89,7 +89,7 @@ def test_layer_decay_needs_layer_groups_and_a_value_in_range():
     assert "--" not in str(info.value)  # library errors name the parameter, not a command-line flag
     with pytest.raises(ValueError, match="layer_decay must be in"):
         param_groups(vitlab.create_model("vit_tiny_patch4_28", depth=1), 0.05, layer_decay=1.5)
-    with pytest.raises(ValueError, match="layer_decay=0.5 needs"):
+    with pytest.raises(ValueError, match=r"layer_decay=0\.5 needs"):
         param_groups(vitlab.create_model("resnet18_28"), 0.05, layer_decay=0.5)
 
 

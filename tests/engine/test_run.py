@@ -7,7 +7,6 @@ import pytest
 import safetensors.torch
 
 import vitlab.interop.weights
-
 from tests.engine.conftest import tiny_options
 from vitlab.cli.main import main
 from vitlab.engine.run import RUN_FILES, RunDir, RunFileError
@@ -55,7 +54,7 @@ def test_truncated_state_cannot_resume_and_says_to_start_from_the_weights(finish
     err = capsys.readouterr().err.strip()
     assert "state.pt is damaged" in err and len(err.splitlines()) == 1
     (run / "state.pt").write_bytes(b"not a checkpoint at all")
-    with pytest.raises(RunFileError, match="state.pt is damaged"):
+    with pytest.raises(RunFileError, match=r"state\.pt is damaged"):
         RunDir(run).load_state()
 
 

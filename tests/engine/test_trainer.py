@@ -41,7 +41,8 @@ def test_run_folder_contents_and_metrics(tmp_path):
     assert result["test_acc"] == rows[-1]["test_acc"]
     assert Image.open(run / "curves.png").size == (1000, 400)
     info = json.loads((run / "config.json").read_text())
-    assert info["data"]["classes"][0] == "T-shirt/top" and info["loop"]["epochs"] == 2 and info["task"] == "classification"
+    assert info["data"]["classes"][0] == "T-shirt/top" and info["loop"]["epochs"] == 2
+    assert info["task"] == "classification"
     model, _ = load_run(run)
     assert model.config.dim == 32
 

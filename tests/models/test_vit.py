@@ -234,7 +234,7 @@ def test_configs_saved_by_version_1_build_what_they_built(saved, preset):
 
 def test_new_configs_with_a_stem_are_not_mistaken_for_version_1():
     """A hybrid with a two-stage stem and patch_proj="conv" looks like a version-1 plain model but for its
-    config_version, in code and through a saved dict."""
+    config_version: a saved dict is told apart by it, a config made in code means what it says."""
     import dataclasses
     import json
 
@@ -247,7 +247,8 @@ def test_new_configs_with_a_stem_are_not_mistaken_for_version_1():
     assert config_from_dict(json.loads(json.dumps(config_to_dict(config)))) == config
     every_field = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "config_version"}
     assert ViTConfig(**every_field, config_version=2) == config
-    assert ViTConfig(**every_field).stem_channels == ()  # the very form of a version-1 dict: read the old way
+    assert ViTConfig(**every_field).stem_channels == (32, 64)  # in code, a config means what it says
+    assert config_from_dict({"family": "vit", **every_field}).stem_channels == ()  # saved without a version: v1
     assert dataclasses.replace(config, depth=2).stem_channels == (32, 64)
     assert type(config.build().patch_embed).__name__ == "ConvStemPatchEmbed"
     assert dataclasses.replace(config, stem_channels=()).build().patch_embed.projection == "conv"
@@ -265,4 +266,4 @@ def test_stem_options_explain_themselves():
         ViTConfig(stem_channels=(32, 0))
     with pytest.raises(ValueError, match="config_version 3"):
         ViTConfig(config_version=3)
-    assert ViTConfig(config_version=1, stem_channels=(32, 64)).stem_channels == ()  # asked for the old reading
+    assert ViTConfig.from_saved({"stem_channels": (32, 64)}).stem_channels == ()  # a version-1 dict

@@ -31,7 +31,7 @@ def test_steps_end_a_classification_run_mid_epoch_and_resume_exactly(tmp_path):
 def test_an_option_of_another_task_is_refused(tmp_path, capsys):
     assert main(["train", "--task", "seq2seq", "--model", "vit_tiny_patch4_28", "--out", str(tmp_path / "r")]) == 2
     assert "--model is an option of --task classification, not of --task seq2seq" in capsys.readouterr().err
-    with pytest.raises(TypeError, match="unknown option.*'modle'"):
+    with pytest.raises(TypeError, match=r"unknown option.*'modle'"):
         train(modle="vit_tiny_patch4_28", out=str(tmp_path / "r"))
 
 

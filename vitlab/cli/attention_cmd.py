@@ -34,8 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _model_and_data(run_dir: str, weights: str):
-    from ..tasks import load_run
     from ..interop import load_model
+    from ..tasks import load_run
 
     source = Path(run_dir)
     if source.is_file():

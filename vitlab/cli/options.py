@@ -23,6 +23,14 @@ def _value_type(hint: Any) -> tuple[Any, int | None]:
     return hint, None
 
 
+def _shown(default: Any) -> str:
+    if default is None or default is False:
+        return "off"
+    if default is True:
+        return "on"
+    return " ".join(map(str, default)) if isinstance(default, tuple) else str(default)
+
+
 def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
@@ -41,9 +49,7 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
             continue
         flag = (rename or {}).get(field.name) or flag_of(field)
         default = field.default
-        shown = (default_texts or {}).get(field.name) or meta.get("default_text") or ("off" if default is None or default is False else
-                                             "on" if default is True else
-                                             " ".join(map(str, default)) if isinstance(default, tuple) else default)
+        shown = (default_texts or {}).get(field.name) or meta.get("default_text") or _shown(default)
         text = f"{meta.get('help', '')} (default: {shown})"
         kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS, "help": text}
         value_type, nargs = _value_type(hints[field.name])

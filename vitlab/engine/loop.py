@@ -279,8 +279,8 @@ class _Loop:
             self.run_dir.keep_metrics(self.step)
 
     def _rng_for_rank(self, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-        """This process's saved random state (and data stream); a run resumed with another number of processes cannot replay the
-        same draws, and says so."""
+        """This process's saved random state (and data stream); a run resumed with another number of processes
+        cannot replay the same draws, and says so."""
         if len(per_rank) != self.dist.world_size:
             if self.dist.is_main:
                 warnings.warn(f"the run was trained by {len(per_rank)} process(es) and resumes with "
@@ -315,6 +315,8 @@ class _Loop:
                 "scaler": self.scaler.state_dict(), "step": self.step, "best": self.best,
                 "elapsed_s": row["elapsed_s"], "per_rank": per_rank,
             }
+            if "epoch" in row:
+                state["epoch"] = row["epoch"]  # for a reader; resuming goes by the step
             if self.ema is not None:
                 state["ema"] = self.ema.state_dict()
             run.save_state(state)

@@ -94,7 +94,8 @@ def config_from_dict(data: dict[str, Any]) -> Any:
         raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(_CONFIG_TYPES))}")
     cls = _CONFIG_TYPES[family]
     data = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items()}
-    return cls(**data)
+    # a family whose saved form changed reads older dicts itself
+    return cls.from_saved(data) if hasattr(cls, "from_saved") else cls(**data)
 
 
 def _import_families() -> None:

@@ -26,16 +26,9 @@ from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
 from .registry import register_config, register_model
 
-
-# Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (no config_version field) said so with
-# patch_proj="convstem" and carried stem_channels=(32, 64) in every other config, unused. These were its fields:
+# Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (saved without config_version) said so
+# with patch_proj="convstem" and carried stem_channels=(32, 64) in every other config, unused.
 CONFIG_VERSION = 2
-V1_FIELDS = frozenset({
-    "img_size", "patch_size", "in_chans", "num_classes", "global_pool", "dim", "depth", "num_heads", "mlp_ratio",
-    "qkv_bias", "class_token", "pos_embed", "patch_proj", "stem_channels", "init_values", "drop_rate",
-    "pos_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate", "norm_eps", "fused_attn",
-    "dynamic_img_size",
-})
 V1_STEM_CHANNELS = (32, 64)  # version 1's default stem, what patch_proj="convstem" alone still gets
 
 
@@ -67,23 +60,26 @@ class ViTConfig:
     norm_eps: float = 1e-6
     fused_attn: bool = True  # scaled_dot_product_attention; False: the explicit formula
     dynamic_img_size: bool = False  # accept other image sizes, resampling the position embedding on the fly
-    config_version: int = CONFIG_VERSION  # how the fields above are read; 1: saved before stem_channels meant a stem
+    config_version: int = CONFIG_VERSION  # how a saved config's fields are read (see `from_saved`)
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> ViTConfig:
-        # `config_from_dict` rebuilds a saved config as cls(**saved). A dict saved before `config_version` existed
-        # names every field of that time and no config_version: read it the old way (see `upgrade_v1`). A config
-        # made in code never passes all of them; `dataclasses.replace` passes config_version too.
-        self = super().__new__(cls)
-        saved_by_v1 = not args and "config_version" not in kwargs and V1_FIELDS <= kwargs.keys()
-        object.__setattr__(self, "_saved_by_v1", saved_by_v1)
-        return self
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> ViTConfig:
+        """The config of a saved dict (`config_from_dict` calls this). A dict without config_version was saved by
+        version 1, where patch_proj="convstem" was the hybrid and every other config carried the unused default
+        stem_channels=(32, 64), which now would mean a stem."""
+        saved = dict(saved)
+        if "config_version" not in saved:
+            if saved.get("patch_proj") == "convstem":
+                saved["patch_proj"] = "conv"
+            else:
+                saved["stem_channels"] = ()
+            saved["config_version"] = CONFIG_VERSION
+        return cls(**saved)
 
     def __post_init__(self) -> None:
-        if self.__dict__.pop("_saved_by_v1", False) or self.config_version == 1:
-            self.upgrade_v1()
         if self.config_version != CONFIG_VERSION:
-            raise ValueError(f"config_version {self.config_version} is not one this vitlab reads (1 or "
-                             f"{CONFIG_VERSION}); a config saved by a newer vitlab needs that version to load")
+            raise ValueError(f"config_version {self.config_version} is not one this vitlab reads ({CONFIG_VERSION}); "
+                             f"a config saved by a newer vitlab needs that version to load")
         if self.patch_proj == "convstem":  # the old way to ask for the hybrid, still accepted
             object.__setattr__(self, "patch_proj", "conv")
             object.__setattr__(self, "stem_channels", self.stem_channels or V1_STEM_CHANNELS)
@@ -103,15 +99,6 @@ class ViTConfig:
             raise ValueError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
         if self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}")
-
-    def upgrade_v1(self) -> None:
-        """Read a version-1 config: patch_proj="convstem" was the hybrid (stem_channels its stem), and any other
-        config carried the unused default stem_channels=(32, 64), which now would mean a stem."""
-        if self.patch_proj == "convstem":
-            object.__setattr__(self, "patch_proj", "conv")
-        else:
-            object.__setattr__(self, "stem_channels", ())
-        object.__setattr__(self, "config_version", CONFIG_VERSION)
 
     @property
     def num_prefix_tokens(self) -> int:
