@@ -11,11 +11,11 @@ from torchvision.transforms import v2
 
 import vitlab
 from vitlab.engine.augment import mixup_cutmix, rand_augment, random_erasing
-from vitlab.engine.distill import DistillationLoss
 from vitlab.engine.ema import ModelEma
 from vitlab.engine.optim import build_optimizer
 from vitlab.engine.samplers import EpochSampler
 from vitlab.models import DistilledOutput
+from vitlab.tasks.classification.distill import DistillationLoss
 
 
 def softmax_rows(logits, tau=1.0):

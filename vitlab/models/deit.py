@@ -6,7 +6,7 @@ distilled form (⚗), one extra learned token:
     z0 = [x_class; x_distill; x_p¹E; …; x_pᴺE] + E_pos        two prefix tokens, positions for both
     zL = encoder(z0)                                          the same pre-norm blocks as ViT
     y_cls = head(LN(zL)⁰)          learns from the true label
-    y_dist = head_dist(LN(zL)¹)    learns from the teacher (engine/distill.py)
+    y_dist = head_dist(LN(zL)¹)    learns from the teacher (tasks/classification/distill.py)
 
 In training the model returns both logits, as a `DistilledOutput` (logits = y_cls, dist_logits = y_dist); in
 evaluation their average, as the paper does (§4, "at test time ... we add the softmax output by the two

@@ -1,7 +1,7 @@
 """Image classification on the loop: ViT, DeiT (distillation, Mixup/CutMix, EMA, layer decay) and the ResNet
 teacher, on Fashion-MNIST or a folder of class sub-folders.
 
-loss = DeiT's objective (engine/distill.py): label-smoothed cross-entropy, plus the teacher's term when
+loss = DeiT's objective (distill.py): label-smoothed cross-entropy, plus the teacher's term when
 distilling; the best checkpoint has the highest held-out accuracy.
 """
 
@@ -17,7 +17,6 @@ from torch import nn
 from ...data.registry import DatasetBundle, build_datasets
 from ...data.transforms import random_shift_crop_flip
 from ...engine.augment import compose, mixup_cutmix, rand_augment, random_erasing
-from ...engine.distill import DistillationLoss
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader, TensorLoader
 from ...engine.loop import TaskData
@@ -25,6 +24,7 @@ from ...models.deit import DistilledOutput
 from ...models.registry import create_model
 from ..base import Task
 from .config import ClassificationConfig
+from .distill import DistillationLoss
 from .evaluate import evaluate
 from .recipes import recipe_for
 
@@ -209,9 +209,9 @@ def load_teacher(path: str, bundle: DatasetBundle) -> nn.Module:
 
     It must see the student's inputs as it saw its own: the same image size, channels, normalisation and classes.
     """
-    from ...engine.distill import freeze
     from ...engine.run import RunDir
     from ...interop.weights import load_model
+    from .distill import freeze
 
     folder = Path(path)
     if not folder.exists():

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.deit import DistilledOutput
-from .options import OptionError
+from ...engine.options import OptionError
+from ...models.deit import DistilledOutput
 
 DISTILL_KINDS = ("none", "soft", "hard")
 
