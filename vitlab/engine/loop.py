@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from .distributed import DistInfo, all_reduce_sum, barrier, gather_objects
 from .ema import ModelEma
-from .optim import inverse_sqrt, inverse_sqrt_scale, param_groups, warmup_cosine
+from .optim import build_optimizer, build_scheduler, inverse_sqrt, inverse_sqrt_scale
 from .options import check, check_choices, option
 from .run import RunDir
 from .speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_compile
@@ -134,17 +134,14 @@ def has_epochs(loader: Any) -> bool:
 # ---- optimization: one optimizer and schedule per optimized module --------------------------------------------
 def build_optimization(model: nn.Module, config: LoopConfig, total_steps: int, warmup_steps: int):
     """AdamW over the model's parameter groups and its LambdaLR schedule, stepped once per optimizer step."""
-    groups = param_groups(model, config.weight_decay, config.layer_decay)
-    for group in groups:
-        group["lr"] = config.lr * group["lr_scale"]
-    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.adam_eps)
-    if config.schedule == "inverse_sqrt":
-        scale = inverse_sqrt_scale(1.0, 1, warmup_steps)  # the paper's shape, peaking at 1 × lr
-        # LambdaLR counts from 0, the paper from 1
-        schedule = lambda step: inverse_sqrt(step + 1, 1, warmup_steps, scale)  # noqa: E731
-    else:
-        schedule = lambda step: warmup_cosine(step, total_steps, warmup_steps, config.min_lr_ratio)  # noqa: E731
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.layer_decay,
+                                eps=config.adam_eps)
+    if config.schedule == "cosine":
+        return optimizer, build_scheduler(optimizer, total_steps, warmup_steps, config.min_lr_ratio)
+    scale = inverse_sqrt_scale(1.0, 1, warmup_steps)  # the paper's shape, peaking at 1 × lr
+    # LambdaLR counts from 0, the paper from 1
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, 1, warmup_steps, scale))
+    return optimizer, schedule
 
 
 def schedule_length(config: LoopConfig, steps_per_epoch: int | None) -> tuple[int, int]:
@@ -371,7 +368,9 @@ class _Loop:
             if self.epochs_data:  # the epoch this step belongs to, of the epochs this schedule spans
                 epochs = -(-self.total_steps // self.steps_per_epoch)
                 bar.set_description(f"epoch {(self.step - 1) // self.steps_per_epoch + 1}/{epochs}", refresh=False)
-            bar.set_postfix(loss=f"{sums['loss'] / batches:.3f}", refresh=False)
+            rate = seen / max(time.perf_counter() - segment_start, 1e-9)
+            bar.set_postfix(loss=f"{sums['loss'] / batches:.3f}", refresh=False,
+                            **{f"{self.task.sample_name}_s": f"{rate:.0f}"})
             if self._evaluation_due(end):
                 elapsed = time.perf_counter() - segment_start
                 row = self._row(sums, batches, seen, elapsed, run_start, evaluate=self._eval_due(end))
@@ -465,7 +464,7 @@ class _Loop:
             row["epoch"] = int(epoch) if epoch.is_integer() else round(epoch, 4)
         row.update({"step": self.step, "lr": self.stepper.lr()})
         row.update({f"train_{key}": total / max(batches_all, 1) for key, total in zip(sums, totals)})
-        name = getattr(self.task, "sample_name", "samples")
+        name = self.task.sample_name
         row[f"train_{name}_per_s"] = seen_all / max(elapsed, 1e-9)
         row["train_time_s"] = elapsed
         if evaluate:

@@ -54,11 +54,11 @@ def _top_layer_id(model: nn.Module, layer_decay: float | None) -> int:
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999),
-                    layer_decay: float | None = None) -> torch.optim.AdamW:
+                    layer_decay: float | None = None, eps: float = 1e-8) -> torch.optim.AdamW:
     groups = param_groups(model, weight_decay, layer_decay)
     for group in groups:
         group["lr"] = lr * group["lr_scale"]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps)
 
 
 def warmup_cosine(step: int, total_steps: int, warmup_steps: int, min_ratio: float = 0.0) -> float:
