@@ -1,3 +1,6 @@
+"""Classification on the loop: the run folder it writes, repeatable seeds, exact resume after a kill, atomic
+state writes, bf16."""
+
 import json
 import os
 
