@@ -28,6 +28,20 @@ def test_steps_end_a_classification_run_mid_epoch_and_resume_exactly(tmp_path):
         torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0, msg=key)
 
 
+def test_a_folder_run_resumed_mid_epoch_draws_as_the_uninterrupted_one(tmp_path):
+    from tests.cli.test_train_eval_predict import make_folder
+
+    folder = make_folder(tmp_path / "images", per_class=16)
+    options = dict(data=str(folder), model="vit_tiny_patch4_28", img_size=16, batch_size=4, drop_path=0.2,
+                   model_overrides={"dim": 32, "depth": 2, "num_heads": 2}, epochs=2, threads=1)
+    train(**options, out=str(tmp_path / "straight"))  # 28 training images: 7 steps an epoch
+    train(**options, out=str(tmp_path / "split"), max_steps_this_run=10)
+    resume(tmp_path / "split")
+    a, b = RunDir(tmp_path / "straight").read_weights(), RunDir(tmp_path / "split").read_weights()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=0, rtol=0, msg=key)
+
+
 def test_an_option_of_another_task_is_refused(tmp_path, capsys):
     assert main(["train", "--task", "seq2seq", "--model", "vit_tiny_patch4_28", "--out", str(tmp_path / "r")]) == 2
     assert "--model is an option of --task classification, not of --task seq2seq" in capsys.readouterr().err

@@ -92,6 +92,14 @@ class EpochDataLoader(EpochBatches):
         self.sampler = EpochSampler(len(dataset), shuffle, seed, repeats, num_replicas, rank, pad)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=self.sampler, drop_last=self.drop_last,
-                            num_workers=self.num_workers)
+        return self.batches_from(0)
+
+    def batches_from(self, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This epoch's batches from batch `start` on. The images before it are not loaded: in a run resumed
+        mid-epoch, their random transforms were drawn before the checkpoint, whose RNG state the run restored."""
+        order = self.sampler.order().tolist()[start * self.batch_size:]
+        # the base seed DataLoader draws comes from (seed, epoch) too, not from the global RNG, which dropout uses
+        generator = epoch_generator(self.sampler.seed + 1, self.epoch)
+        loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=order, drop_last=self.drop_last,
+                            num_workers=self.num_workers, generator=generator)
         yield from loader

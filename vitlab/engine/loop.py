@@ -402,14 +402,17 @@ class _Loop:
                 yield batch, (i + 1) % accum == 0
             return
         epoch, skip = self._epoch(), (self.step % self.steps_per_epoch) * accum
+        usable = self.steps_per_epoch * accum  # a last incomplete accumulation is left out, like drop_last
         while True:
             train.set_epoch(epoch)
-            usable = self.steps_per_epoch * accum  # a last incomplete accumulation is left out, like drop_last
-            for i, batch in enumerate(train):
+            if skip and hasattr(train, "batches_from"):  # a loader that can start mid-epoch without loading
+                batches = enumerate(train.batches_from(skip), start=skip)
+            else:  # replay the skipped batches: their augmentations advance the loader's own generator
+                batches = ((i, batch) for i, batch in enumerate(train) if i >= skip)
+            for i, batch in batches:
                 if i == usable:
                     break
-                if i >= skip:
-                    yield batch, (i + 1) % accum == 0
+                yield batch, (i + 1) % accum == 0
             epoch, skip = epoch + 1, 0
 
     def _train_on(self, batch: Any, last_of_step: bool) -> dict[str, torch.Tensor]:
