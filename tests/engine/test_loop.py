@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from vitlab.engine.loop import LoopConfig, TaskData, fit
+from vitlab.engine.config import LoopConfig
+from vitlab.engine.loop import TaskData, fit
 from vitlab.engine.run import RunDir
 from vitlab.interop import read_state_dict
 from vitlab.tasks.base import Task
@@ -60,7 +61,7 @@ class Stream:
         return {"rng": self.rng.getstate()}
 
     def load_state_dict(self, state):
-        from vitlab.engine.loop import as_tuple
+        from vitlab.engine.rng import as_tuple
 
         self.rng.setstate(as_tuple(state["rng"]))
 

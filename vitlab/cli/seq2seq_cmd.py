@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..engine.loop import LoopConfig
+from ..engine.config import LoopConfig
 from .options import add_config_options, given
 
 

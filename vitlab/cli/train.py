@@ -10,7 +10,7 @@ import dataclasses
 import os
 from typing import Any
 
-from ..engine.loop import LoopConfig
+from ..engine.config import LoopConfig
 from .options import add_config_options, given
 
 

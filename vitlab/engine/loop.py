@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import random
 import time
 import warnings
 from collections.abc import Iterator
@@ -38,85 +37,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from .config import LoopConfig
 from .distributed import DistInfo, all_reduce_sum, barrier, gather_objects
 from .ema import ModelEma
 from .optim import build_optimizer, build_scheduler, inverse_sqrt, inverse_sqrt_scale
-from .options import check, check_choices, option
+from .rng import rng_state, set_rng_state, set_seed
 from .run import RunDir
 from .speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_compile
-
-SCHEDULES = ("cosine", "inverse_sqrt")
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """The options every task shares. A task supplies its own defaults for them (`task.loop_defaults()`)."""
-
-    epochs: int | None = option(None, "the run's length in passes over the training data", default_text="the task's")
-    steps: int | None = option(None, "the run's length in optimizer steps, instead of epochs",
-                               default_text="the task's")
-    batch_size: int = option(64, "examples per batch, per process")
-    lr: float = option(1e-3, "peak learning rate, reached at the end of the warm-up")
-    weight_decay: float = option(0.05, "AdamW weight decay (never on biases, norms, embeddings and tokens)")
-    schedule: str = option("cosine", "learning-rate schedule: warm-up then cosine, or warm-up then 1/√step "
-                           "(Vaswani et al. §5.3)", choices=SCHEDULES)
-    warmup_epochs: float | None = option(None, "linear warm-up, in epochs", default_text="the task's")
-    warmup_steps: int | None = option(None, "linear warm-up, in optimizer steps (wins over warmup_epochs)",
-                                      default_text="the task's")
-    min_lr_ratio: float = option(0.01, "the cosine ends at lr × this")
-    betas: tuple[float, float] = option((0.9, 0.999), "AdamW's β1 β2", metavar="B")
-    adam_eps: float = option(1e-8, "AdamW's ε")
-    clip_grad: float = option(1.0, "max global gradient norm; 0 = off")
-    accum_steps: int = option(1, "add up the gradients of this many batches per optimizer step: effective batch "
-                              "= batch-size × accum-steps × processes")
-    bf16: bool = option(False, "bfloat16 autocast (slow on CPUs without native bf16, such as AVX2-only ones)")
-    fp16: bool = option(False, "float16 autocast with a gradient scaler (CUDA only)")
-    compile: bool = option(False, "torch.compile the model's forward pass (about 30 s per input shape on 2 CPU "
-                           "cores, measured to gain little on them)")
-    ema_decay: float = option(0.0, "keep and evaluate an exponential moving average of the weights, saved as "
-                              "ema.safetensors (e.g. 0.9998); 0 = off", metavar="D")
-    layer_decay: float | None = option(None, "layer-wise learning-rate decay for fine-tuning: block i of L trains "
-                                       "at lr·F^(L−i) (e.g. 0.75)", metavar="F")
-    eval_every: int = option(1, "evaluate and checkpoint every this many epochs (every this many optimizer steps "
-                             "for data without epochs), and at the end", default_text="the task's")
-    max_epochs_this_run: int | None = option(None, "stop after this many epochs, to resume later")
-    max_steps_this_run: int | None = option(None, "stop after this many optimizer steps, to resume later")
-    seed: int = option(0, "seed for weights, data order and augmentation")
-    device: str = option("auto", "auto (CUDA if present), cpu, cuda or cuda:N")
-    threads: int | None = option(None, "torch CPU threads", default_text="torch's choice")
-    workers: int = option(0, "data-loading processes")
-
-    def __post_init__(self) -> None:
-        check_choices(self)
-        check(self.epochs is None or self.epochs >= 1, "epochs", "at least 1", self.epochs)
-        check(self.steps is None or self.steps >= 1, "steps", "positive", self.steps)
-        check(self.epochs is None or self.steps is None, "steps", "given without epochs (a run's length is one "
-              "or the other)", self.steps)
-        check(self.batch_size >= 1, "batch_size", "at least 1", self.batch_size)
-        check(self.lr > 0, "lr", "positive", self.lr)
-        check(self.weight_decay >= 0, "weight_decay", "0 or more", self.weight_decay)
-        check(self.warmup_epochs is None or self.warmup_epochs >= 0, "warmup_epochs", "0 or more", self.warmup_epochs)
-        check(self.warmup_steps is None or self.warmup_steps >= 0, "warmup_steps", "0 or more", self.warmup_steps)
-        check(self.schedule != "inverse_sqrt" or bool(self.warmup_steps), "warmup_steps",
-              "positive for the inverse_sqrt schedule", self.warmup_steps)
-        check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "in [0, 1]", self.min_lr_ratio)
-        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "two numbers in [0, 1)",
-              self.betas)
-        check(self.clip_grad >= 0, "clip_grad", "0 (off) or more", self.clip_grad)
-        check(self.accum_steps >= 1, "accum_steps", "at least 1", self.accum_steps)
-        check(not (self.bf16 and self.fp16), "fp16", "off when bf16 is on (choose one)", self.fp16)
-        check(self.ema_decay == 0 or 0 < self.ema_decay < 1, "ema_decay", "0 (off) or in (0, 1)", self.ema_decay)
-        check(self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "in (0, 1]", self.layer_decay)
-        check(self.eval_every >= 1, "eval_every", "at least 1", self.eval_every)
-        for name in ("max_epochs_this_run", "max_steps_this_run", "threads"):
-            value = getattr(self, name)
-            check(value is None or value >= 1, name, "at least 1", value)
-        check(self.workers >= 0, "workers", "0 or more", self.workers)
-
-    @property
-    def precision(self) -> torch.dtype | None:
-        """The autocast dtype, or None for fp32."""
-        return torch.bfloat16 if self.bf16 else torch.float16 if self.fp16 else None
 
 
 @dataclass
@@ -195,30 +122,6 @@ class Stepper:
 
 
 # ---- the loop --------------------------------------------------------------------------------------------------
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(as_tuple(state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def as_tuple(value: Any) -> Any:
-    """Lists back to tuples (a Python RNG state comes back from torch.load as lists)."""
-    return tuple(as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
-
-
 def fit(task: Any, model: nn.Module, data: TaskData, config: LoopConfig, run: RunDir, *, resume: bool = False,
         run_info: dict[str, Any] | None = None, dist: DistInfo | None = None) -> dict[str, Any]:
     """Train `model` on `data.train` with `task.loss`, evaluate with `task.evaluate`; returns the last metrics row.

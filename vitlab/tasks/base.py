@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from ..engine.config import LoopConfig
 from ..engine.distributed import DistInfo
-from ..engine.loop import LoopConfig, TaskData
+from ..engine.loop import TaskData
 
 
 class Task:

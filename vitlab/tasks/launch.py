@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..engine.config import LoopConfig
 from ..engine.distributed import barrier, broadcast_object, init_distributed
-from ..engine.loop import LoopConfig, fit
+from ..engine.loop import fit
 from ..engine.options import FixedOptionsError, from_dict, split_options
 from ..engine.run import RunDir, RunFileError
 from .base import Task

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...data.sequences import BOS, EOS, PAD, SequenceTask, collate, make_test_set, sample_batch
-from ...engine.loop import TaskData, as_tuple
+from ...engine.loop import TaskData
+from ...engine.rng import as_tuple
 from ...models.decoding import beam_search, greedy_decode
 from ...models.seq2seq import Seq2SeqConfig as ModelConfig
 from ...models.seq2seq import Seq2SeqTransformer
