@@ -15,12 +15,13 @@ from . import (
     export_cmd,
     models_cmd,
     predict,
+    scenes_cmd,
     seq2seq_cmd,
     train,
 )
 
 COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo,
-            seq2seq_cmd]
+            seq2seq_cmd, scenes_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

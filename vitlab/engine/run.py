@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from ..atomic import atomic_write, write_json
 
 CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE = "config.json", "metrics.jsonl", "state.pt", "curves.png"
 WEIGHT_NAMES = ("last", "best", "ema")
@@ -35,26 +35,8 @@ class RunFileError(ValueError):
     """A file of a run folder that exists but cannot be read: truncated, or not written by vitlab."""
 
 
-def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
-    """write(f) into a temporary file beside `path`, fsync, rename over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the file
-        os.replace(tmp, path)  # atomic on POSIX
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    _atomic_write(Path(path), lambda f: torch.save(obj, f))
-
-
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    _atomic_write(Path(path), lambda f: f.write(json.dumps(data, indent=2, default=str)), mode="w")
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -132,7 +114,7 @@ class RunDir:
     def keep_metrics(self, until_step: int) -> None:
         """Drop the rows after step `until_step` (a run killed after writing metrics but before its checkpoint)."""
         rows = [row for row in self.read_metrics() if row["step"] <= until_step]
-        _atomic_write(self.file(METRICS_FILE), lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows)), "w")
+        atomic_write(self.file(METRICS_FILE), lambda f: f.write("".join(json.dumps(r) + "\n" for r in rows)), "w")
 
     # -- weights -----------------------------------------------------------------------------------------------
     def save_weights(self, which: str, model: nn.Module, metadata: dict[str, str] | None = None) -> Path:
@@ -146,7 +128,7 @@ class RunDir:
         from safetensors.torch import save
 
         tensors = {key: value.detach().contiguous().cpu() for key, value in model.state_dict().items()}
-        _atomic_write(path, lambda f: f.write(save(tensors, metadata=metadata)))
+        atomic_write(path, lambda f: f.write(save(tensors, metadata=metadata)))
         return path
 
     def load_model(self, which: str = "last") -> nn.Module:
@@ -216,7 +198,7 @@ class RunDir:
         if not rows:
             return None
         path = self.file(CURVES_FILE)
-        _atomic_write(path, lambda f: plot_metrics(rows, f))
+        atomic_write(path, lambda f: plot_metrics(rows, f))
         return path
 
 
