@@ -1,0 +1,122 @@
+"""Any COCO-format detection set: a folder of images and an instances JSON (a user's COCO, an annotation tool's
+export, or `vitlab make-scenes`).
+
+    dataset = CocoDetection("data/scenes/images/train", "data/scenes/annotations/instances_train.json")
+    image, target = dataset[0]     # image (C, H, W) float in [0, 1]; target["boxes"] (N, 4) XYXY pixels
+
+- Category ids (any integers, in any order) map to contiguous labels 0 … K-1 by ascending id, and back
+  (`label_to_category`, `category_names`), so a model's class index always names a COCO category.
+- Crowd annotations (iscrowd=1) are left out, as DETR's training does; boxes without area are dropped.
+- Images of any size, grayscale or RGB, come out with `channels` channels.
+- `transforms` is a torchvision transforms v2 callable on (image, target): the boxes are `tv_tensors.BoundingBoxes`,
+  so every flip, resize and crop moves them with the image.
+- `pad_collate` pads a batch to its largest image and returns the padding mask (B, H, W), True at padded pixels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
+
+
+class CocoDetection(Dataset):
+    def __init__(self, image_dir: str | Path, annotations: str | Path, channels: int = 3,
+                 transforms: Callable | None = None) -> None:
+        self.image_dir, self.channels, self.transforms = Path(image_dir), channels, transforms
+        path = Path(annotations)
+        if not path.is_file():
+            raise FileNotFoundError(f"no COCO annotations at {path}; give the instances JSON (e.g. "
+                                    f"annotations/instances_train.json)")
+        try:
+            coco = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON ({error}); give a COCO instances file") from error
+        missing = [key for key in ("images", "annotations", "categories") if key not in coco]
+        if missing:
+            raise ValueError(f"{path} is not a COCO instances file: it has no {', '.join(missing)}")
+        categories = sorted(coco["categories"], key=lambda c: c["id"])
+        self.label_to_category = [int(c["id"]) for c in categories]
+        self.category_names = [str(c["name"]) for c in categories]
+        self.category_to_label = {cid: label for label, cid in enumerate(self.label_to_category)}
+        self.images = sorted(coco["images"], key=lambda image: image["id"])
+        self.annotations: dict[int, list[dict[str, Any]]] = {image["id"]: [] for image in self.images}
+        for ann in coco["annotations"]:
+            if ann.get("iscrowd", 0) or ann["image_id"] not in self.annotations:
+                continue
+            if ann["category_id"] not in self.category_to_label:
+                raise ValueError(f"{path}: annotation {ann.get('id')} has category_id {ann['category_id']}, which "
+                                 f"is not among the categories {self.label_to_category}")
+            self.annotations[ann["image_id"]].append(ann)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_to_category)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def load_image(self, index: int) -> Image.Image:
+        path = self.image_dir / self.images[index]["file_name"]
+        if not path.is_file():
+            raise FileNotFoundError(f"image {path} of the annotations is missing; is the image folder right?")
+        return Image.open(path).convert("L" if self.channels == 1 else "RGB")
+
+    def target(self, index: int, height: int, width: int) -> dict[str, Any]:
+        """boxes: (N, 4) XYXY pixels clamped to the image, labels: (N,) contiguous, image_id, orig_size (H, W)."""
+        image_id = self.images[index]["id"]
+        boxes, labels = [], []
+        for ann in self.annotations[image_id]:
+            x, y, w, h = (float(v) for v in ann["bbox"])
+            x0, y0 = max(0.0, x), max(0.0, y)
+            x1, y1 = min(float(width), x + w), min(float(height), y + h)
+            if x1 > x0 and y1 > y0:  # a box without area teaches nothing
+                boxes.append([x0, y0, x1, y1])
+                labels.append(self.category_to_label[ann["category_id"]])
+        return {"boxes": tv_tensors.BoundingBoxes(torch.tensor(boxes, dtype=torch.float32).view(-1, 4),
+                                                  format="XYXY", canvas_size=(height, width)),
+                "labels": torch.tensor(labels, dtype=torch.int64), "image_id": int(image_id),
+                "orig_size": torch.tensor([height, width])}
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        pil = self.load_image(index)
+        image = TF.to_dtype(TF.to_image(pil), torch.float32, scale=True)  # (C, H, W) in [0, 1]
+        target = self.target(index, pil.height, pil.width)
+        if self.transforms is not None:
+            image, target = self.transforms(image, target)
+        return image, target
+
+
+def detection_transforms(train: bool, max_size: int | None = None) -> v2.Compose:
+    """Flips (training) and an optional resize of the longer side to `max_size`; boxes follow, and boxes a crop or
+    resize left without area are removed with their labels."""
+    steps: list[Any] = []
+    if train:
+        steps.append(v2.RandomHorizontalFlip(0.5))
+    if max_size is not None:
+        steps.append(v2.Resize(size=None, max_size=max_size))  # the longer side becomes max_size
+    steps.append(v2.SanitizeBoundingBoxes(labels_getter=lambda sample: sample[1]["labels"]))
+    return v2.Compose(steps)
+
+
+def pad_collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]):
+    """[(image (C, H_i, W_i), target)] -> images (B, C, H, W) zero-padded at the bottom and right, padding_mask
+    (B, H, W) True at padded pixels, and the targets as a list."""
+    C = batch[0][0].shape[0]
+    H = max(image.shape[1] for image, _ in batch)
+    W = max(image.shape[2] for image, _ in batch)
+    images = torch.zeros(len(batch), C, H, W)
+    padding_mask = torch.ones(len(batch), H, W, dtype=torch.bool)
+    for i, (image, _) in enumerate(batch):
+        h, w = image.shape[1:]
+        images[i, :, :h, :w] = image
+        padding_mask[i, :h, :w] = False
+    return images, padding_mask, [target for _, target in batch]
