@@ -19,7 +19,6 @@ The same arguments give the same bytes: every draw comes from one `random.Random
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,6 +168,3 @@ def make_scenes(out: str | Path, options: SceneOptions | None = None, data_dir: 
         counts[f"{split}_objects"] = len(coco["annotations"])
     return counts
 
-
-def read_instances(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())

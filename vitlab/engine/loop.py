@@ -92,28 +92,34 @@ class Stepper:
     """The one backward and optimizer step: loss scaling, accumulation over `accum_steps` batches, clipping.
 
     `stepping` is True on the last batch of an accumulation group; before it, `step` does nothing and the
-    gradients add up (each batch's loss is divided by accum_steps, so they add up to the mean)."""
+    gradients add up (each batch's loss is divided by accum_steps, so they add up to the mean). The loop runs a
+    training step under autocast; backward and the optimizer step run with autocast off wherever they are called
+    (autocast is for forward passes), so a task's own `train_step` gets them as the default step does."""
 
     def __init__(self, optimizers: dict[str, torch.optim.Optimizer], schedulers: dict[str, Any],
-                 modules: dict[str, nn.Module], scaler: torch.amp.GradScaler, config: LoopConfig) -> None:
+                 modules: dict[str, nn.Module], scaler: torch.amp.GradScaler, config: LoopConfig,
+                 device: torch.device) -> None:
         self.optimizers, self.schedulers, self.modules = optimizers, schedulers, modules
         self.scaler, self.accum, self.clip_grad = scaler, config.accum_steps, config.clip_grad
+        self.device_type = device.type
         self.stepping = True
 
     def backward(self, loss: torch.Tensor) -> None:
         if not torch.isfinite(loss):
             raise FloatingPointError(f"the loss became {loss.item()}; lower lr or keep clip_grad on")
-        self.scaler.scale(loss / self.accum).backward()
+        with torch.autocast(self.device_type, enabled=False):
+            self.scaler.scale(loss / self.accum).backward()
 
     def step(self, name: str = "model") -> None:
         """Unscale, clip, step and zero the gradients of optimizer `name`, and advance its schedule."""
         if not self.stepping:
             return
         optimizer = self.optimizers[name]
-        if self.clip_grad > 0:
-            self.scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(self.modules[name].parameters(), self.clip_grad)
-        self.scaler.step(optimizer)
+        with torch.autocast(self.device_type, enabled=False):
+            if self.clip_grad > 0:
+                self.scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(self.modules[name].parameters(), self.clip_grad)
+            self.scaler.step(optimizer)
         optimizer.zero_grad(set_to_none=True)
         self.schedulers[name].step()
 
@@ -155,7 +161,7 @@ class _Loop:
             optimizers[name], schedulers[name] = build_optimization(module, config, self.total_steps, warmup)
         self.ema = ModelEma(model, config.ema_decay) if config.ema_decay else None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.fp16)
-        self.stepper = Stepper(optimizers, schedulers, modules, self.scaler, config)
+        self.stepper = Stepper(optimizers, schedulers, modules, self.scaler, config, self.device)
         self.step, self.best, self.elapsed_before = 0, None, 0.0
 
     # -- state --------------------------------------------------------------------------------------------------
@@ -274,9 +280,9 @@ class _Loop:
             rate = seen / max(time.perf_counter() - segment_start, 1e-9)
             bar.set_postfix(loss=f"{sums['loss'] / batches:.3f}", refresh=False,
                             **{f"{self.task.sample_name}_s": f"{rate:.0f}"})
-            if self._evaluation_due(end):
+            if self._checkpoint_due(end):
                 elapsed = time.perf_counter() - segment_start
-                row = self._row(sums, batches, seen, elapsed, run_start, evaluate=self._eval_due(end))
+                row = self._row(sums, batches, seen, elapsed, run_start, evaluate=self._evaluation_due(end))
                 self._checkpoint(row)
                 sums, seen, batches, segment_start = {}, 0, 0, time.perf_counter()
             if self.step >= end:
@@ -323,13 +329,12 @@ class _Loop:
         stepper.stepping = last_of_step
         batch = self._to_device(batch)
         sync = contextlib.nullcontext() if last_of_step or not self.dist.distributed else model.no_sync()
-        with sync:
-            if getattr(self.task, "train_step", None) is not None:
-                with autocast(self.device, self.config.precision):
-                    losses = self.task.train_step(model, batch, stepper)
+        custom_step = getattr(self.task, "train_step", None)
+        with sync, autocast(self.device, self.config.precision):
+            if custom_step is not None:
+                losses = custom_step(model, batch, stepper)
             else:
-                with autocast(self.device, self.config.precision):
-                    losses = self.task.loss(model, batch)
+                losses = self.task.loss(model, batch)
                 stepper.backward(losses["loss"])
                 stepper.step("model")
         if last_of_step:
@@ -347,7 +352,7 @@ class _Loop:
             return {key: self._to_device(value) for key, value in batch.items()}
         return batch
 
-    def _evaluation_due(self, end: int) -> bool:
+    def _checkpoint_due(self, end: int) -> bool:
         """A checkpoint (and a metrics row) at each epoch's end, or every eval_every steps of a stream, and at the
         end of the run."""
         if self.step >= end:
@@ -356,7 +361,8 @@ class _Loop:
             return self.step % self.steps_per_epoch == 0
         return self.step % self.config.eval_every == 0
 
-    def _eval_due(self, end: int) -> bool:
+    def _evaluation_due(self, end: int) -> bool:
+        """Evaluate at every checkpoint of a stream, every eval_every epochs, and at the end."""
         if self.step >= end or not self.epochs_data:
             return True
         return (self._epoch() % self.config.eval_every) == 0

@@ -133,13 +133,13 @@ class RunDir:
 
     def load_model(self, which: str = "last") -> nn.Module:
         """The model of `which` weights, rebuilt from the config stored in the file, in eval mode."""
-        from ..interop.weights import load_model
+        from ..interop.weights import CheckpointMismatchError, load_model
 
         path = self._existing_weights(which)
         try:
             return load_model(path).eval()
-        except (FileNotFoundError, RunFileError):
-            raise
+        except (FileNotFoundError, RunFileError, CheckpointMismatchError):
+            raise  # a readable file whose keys do not fit says so itself: it is not damaged
         except Exception as error:
             raise self._damaged_weights(path, error) from error
 
