@@ -8,6 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from ..models.deit import DeiTConfig
+from ..models.detr import DETRConfig
 from ..models.registry import apply_overrides, get_config, list_models
 from ..models.vit import ViTConfig
 from .formats import read_checkpoint
@@ -28,6 +29,11 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
     if info.format == "vitlab" and model_name is None:
         return load_model(path)
     arch = dict(info.architecture)
+    if arch.pop("family", None) == "detr":  # a detector: its config.json or its shapes say everything
+        config = get_config(model_name, **arch) if model_name else DETRConfig(**arch)
+        model = config.build()
+        model.model_name = model_name
+        return load_weights(model, path)
     if model_name is not None:
         config = get_config(model_name, **{k: arch[k] for k in CHECKPOINT_DECIDES if k in arch})
     else:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .detr_formats import detr_architecture, detr_state, is_detr_state
 from .weights import CONFIG_KEY, read_state_dict
 
 
@@ -50,6 +51,10 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
     state, metadata = read_state_dict(path)
     if CONFIG_KEY in metadata:
         return state, CheckpointInfo("vitlab", metadata=metadata)
+    if is_detr_state(state):
+        config = path.parent / "config.json"
+        hf_config = json.loads(config.read_text()) if config.is_file() else {}
+        return _from_detr(state, hf_config if hf_config.get("model_type") == "detr" else None)
     if _looks_like_huggingface(state):
         config = path.parent / "config.json"
         hf_config = json.loads(config.read_text()) if config.is_file() else {}
@@ -71,7 +76,17 @@ def _read_huggingface_folder(folder: Path) -> tuple[dict[str, torch.Tensor], Che
             f"(or pytorch_model.bin); found {sorted(p.name for p in folder.iterdir())}"
         )
     state, _ = read_state_dict(weights[0])
-    return _from_huggingface(state, json.loads(config_path.read_text()))
+    hf_config = json.loads(config_path.read_text())
+    if hf_config.get("model_type") == "detr" or is_detr_state(state):
+        return _from_detr(state, hf_config)
+    return _from_huggingface(state, hf_config)
+
+
+def _from_detr(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None):
+    """An official DETR (.pth) or a Hugging Face DetrForObjectDetection, in vitlab's DETR names."""
+    source = "huggingface" if "model.query_position_embeddings.weight" in state else "official"
+    state = detr_state(state)
+    return state, CheckpointInfo(source, architecture=detr_architecture(state, hf_config))
 
 
 HF_BLOCK_V5 = {"attention.o_proj": "attn.proj", "layernorm_before": "norm1", "layernorm_after": "norm2",

@@ -111,7 +111,9 @@ def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.T
     warning), and the LayerNorm epsilon is taken from the checkpoint when it says (Hugging Face's config.json).
     """
     if isinstance(source, dict):
-        state = source
+        from .detr_formats import detr_state, is_detr_state
+
+        state = detr_state(source) if is_detr_state(source) else source  # DETR's official or HF names, if any
     else:
         from .formats import read_checkpoint
 

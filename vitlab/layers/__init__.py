@@ -5,7 +5,7 @@ from .blocks import DecoderBlock, EncoderBlock, KVCache, LayerScale, PostNormEnc
 from .drop import DropPath, drop_path
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unpatchify
-from .pos_embed import learned_pos_embed, resample_pos_embed, sincos_1d, sincos_2d, sincos_pos_embed
+from .pos_embed import learned_pos_embed, resample_pos_embed, sincos_1d, sincos_2d, sincos_pos_embed, sine_pos_embed_2d
 
 __all__ = [
     "DecoderBlock",
@@ -26,5 +26,6 @@ __all__ = [
     "sincos_1d",
     "sincos_2d",
     "sincos_pos_embed",
+    "sine_pos_embed_2d",
     "unpatchify",
 ]
