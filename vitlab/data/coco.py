@@ -33,6 +33,7 @@ class CocoDetection(Dataset):
                  transforms: Callable | None = None) -> None:
         self.image_dir, self.channels, self.transforms = Path(image_dir), channels, transforms
         path = Path(annotations)
+        self.annotations_file = path
         if not path.is_file():
             raise FileNotFoundError(f"no COCO annotations at {path}; give the instances JSON (e.g. "
                                     f"annotations/instances_train.json)")
@@ -95,21 +96,29 @@ class CocoDetection(Dataset):
         return image, target
 
 
-def detection_transforms(train: bool, max_size: int | None = None) -> v2.Compose:
-    """Flips (training) and an optional resize of the longer side to `max_size`; boxes follow, and boxes a crop or
-    resize left without area are removed with their labels."""
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def detection_transforms(train: bool, max_size: int | None = None, hflip: bool = True,
+                         mean: tuple[float, ...] | None = None, std: tuple[float, ...] | None = None) -> v2.Compose:
+    """Flips (training, with `hflip`) and an optional resize of the longer side to `max_size`; boxes follow, and
+    boxes a crop or resize left without area are removed with their labels. With mean and std the image is
+    normalised last (DETR's backbones read ImageNet-normalised images)."""
     steps: list[Any] = []
-    if train:
+    if train and hflip:
         steps.append(v2.RandomHorizontalFlip(0.5))
     if max_size is not None:
         steps.append(v2.Resize(size=None, max_size=max_size))  # the longer side becomes max_size
     steps.append(v2.SanitizeBoundingBoxes(labels_getter=lambda sample: sample[1]["labels"]))
+    if mean is not None:
+        steps.append(v2.Normalize(mean=list(mean), std=list(std)))
     return v2.Compose(steps)
 
 
 def pad_collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]):
     """[(image (C, H_i, W_i), target)] -> images (B, C, H, W) zero-padded at the bottom and right, padding_mask
-    (B, H, W) True at padded pixels, and the targets as a list."""
+    (B, H, W) True at padded pixels, and the targets as a list, each given "size" (H_i, W_i): the image's own size
+    as the model sees it (after the transforms), which boxes are normalised by."""
     C = batch[0][0].shape[0]
     H = max(image.shape[1] for image, _ in batch)
     W = max(image.shape[2] for image, _ in batch)
@@ -119,4 +128,20 @@ def pad_collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]):
         h, w = image.shape[1:]
         images[i, :, :h, :w] = image
         padding_mask[i, :h, :w] = False
-    return images, padding_mask, [target for _, target in batch]
+    return images, padding_mask, [{**target, "size": torch.tensor([h, w])} for (image, target) in batch]
+
+
+def find_split(root: str | Path, split: str) -> tuple[Path, Path]:
+    """(image folder, annotations file) of a split ("train" or "val") of a COCO-format folder, in either layout:
+    `images/{split}/` + `annotations/instances_{split}.json` (vitlab make-scenes, annotation tools), or COCO's own
+    `{split}2017/` + `annotations/instances_{split}2017.json`."""
+    root = Path(root).expanduser()
+    candidates = [(root / "images" / split, root / "annotations" / f"instances_{split}.json"),
+                  (root / f"{split}2017", root / "annotations" / f"instances_{split}2017.json"),
+                  (root / split, root / "annotations" / f"instances_{split}.json")]
+    for images, annotations in candidates:
+        if images.is_dir() and annotations.is_file():
+            return images, annotations
+    tried = "; ".join(f"{i.relative_to(root)}/ + {a.relative_to(root)}" for i, a in candidates)
+    raise FileNotFoundError(f"{root} has no COCO-format {split} split (looked for {tried}); make one with "
+                            f"`vitlab make-scenes --out {root}` or point --data at a COCO folder")

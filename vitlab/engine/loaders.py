@@ -87,8 +87,9 @@ class EpochDataLoader(EpochBatches):
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = False, drop_last: bool = False,
                  num_workers: int = 0, seed: int = 0, repeats: int = 1, num_replicas: int = 1,
-                 rank: int = 0, pad: bool = True) -> None:
+                 rank: int = 0, pad: bool = True, collate_fn: Callable | None = None) -> None:
         self.dataset, self.batch_size, self.drop_last, self.num_workers = dataset, batch_size, drop_last, num_workers
+        self.collate_fn = collate_fn  # None: torch's default (stacking); detection pads instead
         self.sampler = EpochSampler(len(dataset), shuffle, seed, repeats, num_replicas, rank, pad)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -101,5 +102,5 @@ class EpochDataLoader(EpochBatches):
         # the base seed DataLoader draws comes from (seed, epoch) too, not from the global RNG, which dropout uses
         generator = epoch_generator(self.sampler.seed + 1, self.epoch)
         loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=order, drop_last=self.drop_last,
-                            num_workers=self.num_workers, generator=generator)
+                            num_workers=self.num_workers, generator=generator, collate_fn=self.collate_fn)
         yield from loader

@@ -59,10 +59,12 @@ def has_epochs(loader: Any) -> bool:
 
 
 # ---- optimization: one optimizer and schedule per optimized module --------------------------------------------
-def build_optimization(model: nn.Module, config: LoopConfig, total_steps: int, warmup_steps: int):
-    """AdamW over the model's parameter groups and its LambdaLR schedule, stepped once per optimizer step."""
+def build_optimization(model: nn.Module, config: LoopConfig, total_steps: int, warmup_steps: int,
+                       lr_scales: dict[str, float] | None = None):
+    """AdamW over the model's parameter groups and its LambdaLR schedule, stepped once per optimizer step.
+    lr_scales: the task's lr factors by parameter-name prefix (DETR's backbone)."""
     optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.layer_decay,
-                                eps=config.adam_eps)
+                                eps=config.adam_eps, lr_scales=lr_scales)
     if config.schedule == "cosine":
         return optimizer, build_scheduler(optimizer, total_steps, warmup_steps, config.min_lr_ratio)
     scale = inverse_sqrt_scale(1.0, 1, warmup_steps)  # the paper's shape, peaking at 1 × lr
@@ -156,9 +158,11 @@ class _Loop:
         if config.fp16 and self.device.type != "cuda":
             raise ValueError("fp16 needs a CUDA device (float16 with a gradient scaler); on a CPU use bf16")
         modules = task.optimized_modules(model)
+        lr_scales = task.lr_scales() if hasattr(task, "lr_scales") else {}
         optimizers, schedulers = {}, {}
         for name, module in modules.items():
-            optimizers[name], schedulers[name] = build_optimization(module, config, self.total_steps, warmup)
+            optimizers[name], schedulers[name] = build_optimization(module, config, self.total_steps, warmup,
+                                                                    lr_scales)
         self.ema = ModelEma(model, config.ema_decay) if config.ema_decay else None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.fp16)
         self.stepper = Stepper(optimizers, schedulers, modules, self.scaler, config, self.device)

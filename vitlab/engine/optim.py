@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 
-def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None) -> list[dict]:
+def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None,
+                 lr_scales: dict[str, float] | None = None) -> list[dict]:
     """Matrices and convolution kernels decay; parameters with fewer than 2 dimensions (biases, norm scales) do not,
     nor those the model names in its `no_weight_decay()` hook (position embeddings, class tokens: embeddings, not
     weights; decaying them towards zero only hurts, as in timm and DeiT).
@@ -16,27 +17,31 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | Non
     layer_decay (fine-tuning; BEiT §3.4, used by DeiT III, MAE) needs the model's layer groups: `layer_id(name)`
     in 0 … num_layer_groups − 1 (for ViT: 0 the embeddings, i + 1 block i of L, L + 1 the final norm and head).
     A parameter of layer id k gets lr · layer_decay^(num_layer_groups − 1 − k): block i of L gets
-    lr · layer_decay^(L − i), the embeddings lr · layer_decay^(L + 1), the final norm and head lr. Each group
-    carries its factor as "lr_scale"; its "lr" starts at lr · lr_scale, which the schedulers then multiply.
+    lr · layer_decay^(L − i), the embeddings lr · layer_decay^(L + 1), the final norm and head lr.
+    lr_scales multiplies the lr of the parameters whose names start with a prefix ({"backbone.": 0.1}: DETR's
+    backbone at a tenth). Each group carries its factor as "lr_scale"; its "lr" starts at lr · lr_scale, which the
+    schedulers then multiply.
     """
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
     no_decay = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     top = _top_layer_id(model, layer_decay)
-    groups: dict[tuple[int, bool], dict] = {}
+    lr_scales = lr_scales or {}
+    groups: dict[tuple[int, float, bool], dict] = {}
     if layer_decay is None:  # always the two groups, decaying first
         for decays in (True, False):
-            groups[0, decays] = {"params": [], "weight_decay": weight_decay if decays else 0.0, "lr_scale": 1.0}
+            groups[0, 1.0, decays] = {"params": [], "weight_decay": weight_decay if decays else 0.0, "lr_scale": 1.0}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
         decays = param.ndim > 1 and name not in no_decay
         layer = model.layer_id(name) if layer_decay is not None else 0
-        scale = layer_decay ** (top - layer) if layer_decay is not None else 1.0
-        group = groups.setdefault((layer, decays), {"params": [], "weight_decay": weight_decay if decays else 0.0,
-                                                    "lr_scale": scale})
+        factor = next((f for prefix, f in lr_scales.items() if name.startswith(prefix)), 1.0)
+        scale = (layer_decay ** (top - layer) if layer_decay is not None else 1.0) * factor
+        group = groups.setdefault((layer, factor, decays), {
+            "params": [], "weight_decay": weight_decay if decays else 0.0, "lr_scale": scale})
         group["params"].append(param)
-    return [groups[key] for key in sorted(groups, key=lambda key: (key[0], not key[1]))]
+    return [groups[key] for key in sorted(groups, key=lambda key: (key[0], key[1] != 1.0, key[1], not key[2]))]
 
 
 def _top_layer_id(model: nn.Module, layer_decay: float | None) -> int:
@@ -54,8 +59,9 @@ def _top_layer_id(model: nn.Module, layer_decay: float | None) -> int:
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999),
-                    layer_decay: float | None = None, eps: float = 1e-8) -> torch.optim.AdamW:
-    groups = param_groups(model, weight_decay, layer_decay)
+                    layer_decay: float | None = None, eps: float = 1e-8,
+                    lr_scales: dict[str, float] | None = None) -> torch.optim.AdamW:
+    groups = param_groups(model, weight_decay, layer_decay, lr_scales)
     for group in groups:
         group["lr"] = lr * group["lr_scale"]
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps)

@@ -63,6 +63,10 @@ class Task:
         """One optimizer per entry; `train_step` steps them by name."""
         return {"model": model}
 
+    def lr_scales(self) -> dict[str, float]:
+        """Learning-rate factors by parameter-name prefix ({"backbone.": 0.1}); the rest trains at the loop's lr."""
+        return {}
+
     def num_samples(self, batch: Any) -> int:
         return len(batch[0]) if isinstance(batch, list | tuple) else len(batch)
 

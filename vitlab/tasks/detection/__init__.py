@@ -1,0 +1,4 @@
+from .config import DetectionConfig
+from .task import DetectionTask
+
+__all__ = ["DetectionConfig", "DetectionTask"]

@@ -1,0 +1,39 @@
+"""The options of detection with DETR: the data, the model, the matching costs and the loss weights. The defaults
+are the paper's (costs and weights 1 / 5 / 2, no-object weight 0.1, backbone at a tenth of the lr)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...engine.options import check, option
+
+
+@dataclass(frozen=True)
+class DetectionConfig:
+    data: str | None = option(None, "a COCO-format folder: images/{train,val}/ + annotations/instances_{train,val}"
+                              ".json (vitlab make-scenes), or COCO's train2017/ + val2017/", metavar="DIR")
+    model: str = option("detr_small", "a registered detector (vitlab models 'detr*')")
+    weights: str | None = option(None, "start from these weights: a vitlab file or run, an official DETR .pth, "
+                                 "a Hugging Face DetrForObjectDetection folder", metavar="PATH")
+    num_queries: int | None = option(None, "object queries (default: the model's)")
+    max_size: int | None = option(None, "resize each image so its longer side is this many pixels (default: as is)")
+    hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip")
+    backbone_lr: float = option(1e-5, "learning rate of the CNN backbone (the rest trains at --lr)")
+    eos_coef: float = option(0.1, "weight of the no-object class in the cross-entropy")
+    cost_class: float = option(1.0, "matching cost of the class probability")
+    cost_bbox: float = option(5.0, "matching cost of the L1 box distance")
+    cost_giou: float = option(2.0, "matching cost of the generalised IoU")
+    class_weight: float = option(1.0, "loss weight of the cross-entropy")
+    bbox_weight: float = option(5.0, "loss weight of the L1 box loss")
+    giou_weight: float = option(2.0, "loss weight of the GIoU loss")
+    aux_loss: bool = option(True, "supervise every decoder layer, each with its own matching", flag="--no-aux-loss")
+    eval_batch_size: int = option(32, "images per batch in evaluation")
+
+    def __post_init__(self) -> None:
+        check(self.backbone_lr >= 0, "backbone_lr", ">= 0 (0 freezes the backbone)", self.backbone_lr)
+        check(0 < self.eos_coef <= 1, "eos_coef", "in (0, 1]", self.eos_coef)
+        for name in ("cost_class", "cost_bbox", "cost_giou", "class_weight", "bbox_weight", "giou_weight"):
+            check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
+        check(self.num_queries is None or self.num_queries > 0, "num_queries", "positive", self.num_queries)
+        check(self.max_size is None or self.max_size >= 32, "max_size", ">= 32 pixels", self.max_size)
+        check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)

@@ -1,0 +1,89 @@
+"""DETR's set loss (Carion et al. 2020, §3.1, eq. 2 and appendix A.2), given the matching of matcher.py:
+
+    L = Σ_i [ −log p̂_σ(i)(c_i) ]                       cross-entropy over all N predictions; an unmatched prediction's
+                                                        target is "no object", whose weight is eos_coef (0.1)
+      + Σ_{i: c_i ≠ ∅} [ w_L1 ‖b_i − b̂_σ(i)‖₁ + w_GIoU (1 − GIoU(b_i, b̂_σ(i))) ] / number of objects
+
+The box terms are divided by the number of objects in the whole batch (summed over processes under torchrun),
+so that every object weighs the same whatever image and process it lies in. With auxiliary outputs every earlier
+decoder layer gets the same loss with its own matching (keys `loss_ce_0`, `loss_bbox_0`, …). The class error
+(the share of matched objects whose class is not the arg-max) and the cardinality error (|predicted objects −
+objects| per image) are logged, not trained.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torchvision.ops import box_convert, generalized_box_iou
+
+from ...engine.distributed import DistInfo, all_reduce_sum
+from ...models.detr import DetectionOutput
+from .matcher import HungarianMatcher, Match
+
+
+class SetCriterion:
+    def __init__(self, num_classes: int, matcher: HungarianMatcher, eos_coef: float = 0.1, class_weight: float = 1.0,
+                 bbox_weight: float = 5.0, giou_weight: float = 2.0, dist: DistInfo | None = None) -> None:
+        self.num_classes, self.matcher, self.eos_coef = num_classes, matcher, eos_coef
+        self.weights = {"loss_ce": class_weight, "loss_bbox": bbox_weight, "loss_giou": giou_weight}
+        self.class_weights = torch.ones(num_classes + 1)
+        self.class_weights[-1] = eos_coef  # "no object" is most predictions' target: down-weighted (§4)
+        self.dist = dist or DistInfo()
+
+    def num_objects(self, targets: list[dict[str, torch.Tensor]]) -> float:
+        """Objects per process, averaged over processes (the box terms' divisor), at least 1."""
+        total, = all_reduce_sum([float(sum(len(t["labels"]) for t in targets))], self.dist)
+        return max(total / self.dist.world_size, 1.0)
+
+    def __call__(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """targets[b]: "labels" (M_b,) in 0 … K-1, "boxes" (M_b, 4) normalised cxcywh. Returns "loss" (the weighted
+        total) and every term by name."""
+        num_objects = self.num_objects(targets)
+        matches = self.matcher(outputs.logits, outputs.pred_boxes, targets)
+        losses = self.layer_losses(outputs, targets, matches, num_objects)
+        losses.update(self.logged(outputs, targets, matches))
+        for i, aux in enumerate(outputs.aux_outputs):
+            aux_matches = self.matcher(aux.logits, aux.pred_boxes, targets)
+            layer = self.layer_losses(aux, targets, aux_matches, num_objects)
+            losses.update({f"{key}_{i}": value for key, value in layer.items()})
+        losses["loss"] = sum(self.weights[key.rsplit("_", 1)[0] if key[-1].isdigit() else key] * value
+                             for key, value in list(losses.items()) if key.startswith("loss_"))
+        return losses
+
+    def layer_losses(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]], matches: list[Match],
+                     num_objects: float) -> dict[str, torch.Tensor]:
+        logits, boxes = outputs.logits, outputs.pred_boxes  # (B, N, K + 1), (B, N, 4)
+        batch_index, pred_index = self.matched_predictions(matches)
+        target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
+        target_classes[batch_index, pred_index] = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, matches)])
+        loss_ce = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
+                                  self.class_weights.to(logits.device))  # weighted mean over the B · N predictions
+        matched = boxes[batch_index, pred_index].float()  # (ΣM, 4)
+        target_boxes = torch.cat([t["boxes"][j] for t, (_, j) in zip(targets, matches)]).float()
+        loss_bbox = F.l1_loss(matched, target_boxes, reduction="sum") / num_objects
+        giou = torch.diag(generalized_box_iou(box_convert(matched, "cxcywh", "xyxy"),
+                                              box_convert(target_boxes, "cxcywh", "xyxy")))
+        loss_giou = (1 - giou).sum() / num_objects
+        return {"loss_ce": loss_ce, "loss_bbox": loss_bbox, "loss_giou": loss_giou}
+
+    @torch.no_grad()
+    def logged(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]], matches: list[Match]
+               ) -> dict[str, torch.Tensor]:
+        logits = outputs.logits
+        batch_index, pred_index = self.matched_predictions(matches)
+        labels = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, matches)])
+        if len(labels):
+            correct = (logits[batch_index, pred_index].argmax(-1) == labels).float().mean()
+            class_error = 100 * (1 - correct)
+        else:
+            class_error = torch.zeros((), device=logits.device)
+        predicted = (logits.argmax(-1) != self.num_classes).sum(1).float()  # (B,): predictions that are objects
+        counts = torch.tensor([float(len(t["labels"])) for t in targets], device=logits.device)
+        return {"class_error": class_error, "cardinality_error": F.l1_loss(predicted, counts)}
+
+    @staticmethod
+    def matched_predictions(matches: list[Match]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (image, prediction) index of every matched prediction, both (ΣM,)."""
+        batch_index = torch.cat([torch.full_like(i, b) for b, (i, _) in enumerate(matches)])
+        return batch_index, torch.cat([i for i, _ in matches])

@@ -1,0 +1,160 @@
+"""Object detection with DETR on the loop: any COCO-format folder (a user's COCO, an annotation tool's export,
+`vitlab make-scenes`), the Hungarian set loss, and COCO's AP on the val split.
+
+A batch is (images (B, 3, H, W) ImageNet-normalised and zero-padded, padding_mask (B, H, W) True at padding,
+targets: per image "boxes" (M, 4) XYXY pixels, "labels" (M,), "size" (H_i, W_i), "orig_size", "image_id").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+from torchvision.ops import box_convert
+
+from ...data.coco import IMAGENET_MEAN, IMAGENET_STD, CocoDetection, detection_transforms, find_split, pad_collate
+from ...engine.distributed import DistInfo, gather_objects
+from ...engine.loaders import EpochDataLoader
+from ...engine.loop import TaskData
+from ...engine.options import OptionError
+from ...models.registry import create_model, get_config
+from ..base import Task
+from .coco_eval import coco_metrics
+from .config import DetectionConfig
+from .criterion import SetCriterion
+from .matcher import HungarianMatcher
+from .postprocess import postprocess
+
+
+def normalized_targets(targets: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
+    """Pixel XYXY boxes -> (cx, cy, w, h) divided by each image's own width and height, what DETR predicts."""
+    out = []
+    for t in targets:
+        height, width = t["size"].tolist()
+        scale = torch.tensor([width, height, width, height], dtype=torch.float32, device=t["boxes"].device)
+        boxes = box_convert(t["boxes"].as_subclass(torch.Tensor).float(), "xyxy", "cxcywh") / scale
+        out.append({"labels": t["labels"], "boxes": boxes})
+    return out
+
+
+class DetectionTask(Task):
+    name: ClassVar[str] = "detection"
+    Config: ClassVar[type] = DetectionConfig
+    best: ClassVar[tuple[str, str]] = ("map", "max")
+    sample_name: ClassVar[str] = "images"
+    resumable: ClassVar[tuple[str, ...]] = ("data",)
+
+    def __init__(self, config: DetectionConfig, loop=None, dist: DistInfo | None = None) -> None:
+        if config.data:
+            config = dataclasses.replace(config, data=str(Path(config.data).expanduser().resolve()))
+        if config.weights:
+            config = dataclasses.replace(config, weights=str(Path(config.weights).expanduser().resolve()))
+        super().__init__(config, loop, dist)
+
+    @classmethod
+    def loop_defaults(cls, config: DetectionConfig) -> dict[str, Any]:
+        # the paper's optimizer (AdamW 1e-4, weight decay 1e-4, clipping at 0.1); cosine instead of its step decay
+        return {"epochs": 50, "batch_size": 8, "lr": 1e-4, "weight_decay": 1e-4, "clip_grad": 0.1,
+                "warmup_epochs": 0.0, "schedule": "cosine", "min_lr_ratio": 0.01}
+
+    # -- data ----------------------------------------------------------------------------------------------------
+    def datasets(self, train_transforms: bool = True) -> tuple[CocoDetection, CocoDetection]:
+        c = self.config
+        if not c.data:
+            raise OptionError("data", "is needed: give a COCO-format folder (`vitlab make-scenes --out DIR` makes "
+                              "one from Fashion-MNIST)")
+        (train_images, train_json), (val_images, val_json) = find_split(c.data, "train"), find_split(c.data, "val")
+        norm = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+        train = CocoDetection(train_images, train_json, channels=3,
+                              transforms=detection_transforms(train_transforms, c.max_size, c.hflip, **norm))
+        val = CocoDetection(val_images, val_json, channels=3, transforms=detection_transforms(False, c.max_size,
+                                                                                             **norm))
+        if train.category_names != val.category_names:
+            raise ValueError(f"the train and val annotations of {c.data} name different categories "
+                             f"({train.category_names} vs {val.category_names}); they must share one list")
+        return train, val
+
+    def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
+        self.train_set, self.val_set = self.datasets()
+        loop, dist = self.loop, self.dist
+        shard = {"num_replicas": dist.world_size, "rank": dist.rank}
+        train = EpochDataLoader(self.train_set, loop.batch_size, shuffle=True,
+                                drop_last=len(self.train_set) > loop.batch_size * dist.world_size,
+                                num_workers=loop.workers, seed=loop.seed, collate_fn=pad_collate, **shard)
+        val = EpochDataLoader(self.val_set, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
+                              collate_fn=pad_collate, **shard)
+        return TaskData(train=train, eval=val)
+
+    def run_info(self) -> dict[str, Any]:
+        train = self.train_set
+        return {"data": {"path": self.config.data, "classes": train.category_names,
+                         "category_ids": train.label_to_category, "num_train": len(train),
+                         "num_val": len(self.val_set), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}}
+
+    def check_resume(self, saved: dict[str, Any]) -> None:
+        data = saved["data"]
+        if self.train_set.category_names != data["classes"] or len(self.train_set) != data["num_train"]:
+            raise ValueError(f"the data of this run changed since it started ({data['classes']}, {data['num_train']} "
+                             f"training images; now {self.train_set.category_names}, {len(self.train_set)}); resume "
+                             f"on the same data or start a new run")
+
+    # -- model and loss ------------------------------------------------------------------------------------------
+    def build_model(self, num_classes: int | None = None) -> nn.Module:
+        c = self.config
+        if get_config(c.model).family != "detr":
+            raise OptionError("model", f"must be a detector (vitlab models 'detr*'), got {c.model!r}")
+        overrides = {"num_queries": c.num_queries} if c.num_queries else {}
+        classes = num_classes or self.train_set.num_classes
+        model = create_model(c.model, num_classes=classes, aux_loss=c.aux_loss, **overrides)
+        if c.weights:
+            from ...interop.weights import load_weights
+            from ..classification.task import weights_file
+
+            load_weights(model, weights_file(c.weights))
+        self.criterion = SetCriterion(classes, HungarianMatcher(c.cost_class, c.cost_bbox, c.cost_giou), c.eos_coef,
+                                      c.class_weight, c.bbox_weight, c.giou_weight, dist=self.dist)
+        return model
+
+    def lr_scales(self) -> dict[str, float]:
+        """The backbone trains at backbone_lr: its parameters' share of the loop's lr."""
+        return {"backbone.": self.config.backbone_lr / self.loop.lr}
+
+    def loss(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        images, padding_mask, targets = batch
+        outputs = model(images, padding_mask)
+        losses = self.criterion(outputs, normalized_targets(targets))
+        # the total, the final layer's terms and the logged errors; the auxiliary terms are in the total only
+        return {key: value for key, value in losses.items() if not key[-1].isdigit()}
+
+    def num_samples(self, batch) -> int:
+        return len(batch[0])
+
+    # -- evaluation ----------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def detect(self, model: nn.Module, loader) -> list[dict[str, Any]]:
+        """COCO-format detections of every image this process evaluates, boxes in original-image pixels."""
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        label_to_category = loader.dataset.label_to_category
+        detections: list[dict[str, Any]] = []
+        for images, padding_mask, targets in loader:
+            outputs = model(images.to(device), padding_mask.to(device))
+            sizes = torch.stack([t["orig_size"] for t in targets])
+            for target, found in zip(targets, postprocess(outputs, sizes)):
+                xywh = box_convert(found["boxes"], "xyxy", "xywh").cpu().tolist()
+                for box, score, label in zip(xywh, found["scores"].tolist(), found["labels"].tolist()):
+                    detections.append({"image_id": target["image_id"], "category_id": label_to_category[label],
+                                       "bbox": [round(v, 2) for v in box], "score": round(score, 5)})
+        model.train(was_training)
+        return detections
+
+    def evaluate(self, model: nn.Module, data) -> dict[str, float]:
+        """COCO box AP over the whole val split: each process detects on its shard, every process scores all."""
+        detections = [d for part in gather_objects(self.detect(model, data), self.dist) for d in part]
+        ground_truth = json.loads(Path(data.dataset.annotations_file).read_text())
+        return coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])
