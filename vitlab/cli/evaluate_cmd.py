@@ -1,5 +1,6 @@
 """`vitlab eval RUN_DIR`: evaluate a trained run on its held-out data, by the run's task (read from config.json):
-accuracy, per-class accuracy and confusion matrix for classification; exact-sequence accuracy for seq2seq."""
+accuracy, per-class accuracy and confusion matrix for classification; exact-sequence accuracy for seq2seq; COCO's
+box AP and AR for detection."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
-    image = p.add_argument_group("classification")
-    image.add_argument("--data", help="'fashion-mnist' or an image folder (default: the run's own data)")
+    image = p.add_argument_group("classification and detection")
+    image.add_argument("--data", help="classification: 'fashion-mnist' or an image folder; detection: a COCO-format "
+                       "folder with the run's categories (default: the run's own data)")
     image.add_argument("--data-dir", help="where Fashion-MNIST's files are (default: the run's, then the usual "
                        "places)")
-    image.add_argument("--batch-size", type=int, default=256, help="evaluation batch size (default: 256)")
+    image.add_argument("--batch-size", type=int, help="evaluation batch size (default: classification 256, "
+                       "detection the run's --eval-batch-size)")
     image.add_argument("--bf16", action="store_true", help="bf16 autocast; refused where the device has no native "
                        "bf16 (there it is many times slower) (default: off, fp32)")
     image.add_argument("--compile", action="store_true", help="torch.compile the model first (pays on large test "
@@ -35,9 +38,13 @@ def run(args: argparse.Namespace) -> int:
 
     task, saved = load_task(args.run_dir)
     model = RunDir(args.run_dir).load_model(args.weights)
-    options = {"data": args.data, "data_dir": args.data_dir, "batch_size": args.batch_size, "bf16": args.bf16,
-               "compile": args.compile, "plot": args.plot} if task.name == "classification" else \
-        {"beam_size": args.beam_size}
+    if task.name == "classification":
+        options = {"data": args.data, "data_dir": args.data_dir, "batch_size": args.batch_size or 256,
+                   "bf16": args.bf16, "compile": args.compile, "plot": args.plot}
+    elif task.name == "detection":
+        options = {"data": args.data, "batch_size": args.batch_size}
+    else:
+        options = {"beam_size": args.beam_size}
     result = task.evaluate_run(model, saved, args.run_dir, **options)
     print(json.dumps(result) if args.json else task.format_evaluation(result, args.weights))
     return 0

@@ -18,6 +18,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
+    detection = p.add_argument_group("detection")
+    detection.add_argument("--out", metavar="DIR", help="write each image with its boxes drawn here, as NAME.png "
+                           "(default: write nothing)")
+    detection.add_argument("--threshold", type=float, default=0.5, help="show detections scoring above this "
+                           "(default: 0.5)")
     p.set_defaults(run=run)
 
 
@@ -29,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--top-k and --beam-size must be at least 1, got {args.top_k} and {args.beam_size}")
     task, saved = load_task(args.run_dir)
     model = RunDir(args.run_dir).load_model(args.weights)
-    results = task.predict(model, saved, args.inputs, top_k=args.top_k, beam_size=args.beam_size)
+    results = task.predict(model, saved, args.inputs, top_k=args.top_k, beam_size=args.beam_size, out=args.out,
+                           threshold=args.threshold)
     print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))
     return 0

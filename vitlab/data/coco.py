@@ -115,6 +115,15 @@ def detection_transforms(train: bool, max_size: int | None = None, hflip: bool =
     return v2.Compose(steps)
 
 
+def image_transforms(max_size: int | None = None, mean: tuple[float, ...] | None = None,
+                     std: tuple[float, ...] | None = None) -> v2.Compose:
+    """What `detection_transforms(train=False)` does to an image, for an image without annotations (prediction)."""
+    steps: list[Any] = [v2.Resize(size=None, max_size=max_size)] if max_size is not None else []
+    if mean is not None:
+        steps.append(v2.Normalize(mean=list(mean), std=list(std)))
+    return v2.Compose(steps)
+
+
 def pad_collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]):
     """[(image (C, H_i, W_i), target)] -> images (B, C, H, W) zero-padded at the bottom and right, padding_mask
     (B, H, W) True at padded pixels, and the targets as a list, each given "size" (H_i, W_i): the image's own size
@@ -139,9 +148,9 @@ def find_split(root: str | Path, split: str) -> tuple[Path, Path]:
     candidates = [(root / "images" / split, root / "annotations" / f"instances_{split}.json"),
                   (root / f"{split}2017", root / "annotations" / f"instances_{split}2017.json"),
                   (root / split, root / "annotations" / f"instances_{split}.json")]
-    for images, annotations in candidates:
-        if images.is_dir() and annotations.is_file():
-            return images, annotations
+    for image_dir, instances in candidates:
+        if image_dir.is_dir() and instances.is_file():
+            return image_dir, instances
     tried = "; ".join(f"{i.relative_to(root)}/ + {a.relative_to(root)}" for i, a in candidates)
     raise FileNotFoundError(f"{root} has no COCO-format {split} split (looked for {tried}); make one with "
                             f"`vitlab make-scenes --out {root}` or point --data at a COCO folder")

@@ -1,11 +1,12 @@
 """DETR checkpoints people have, mapped to vitlab's DETR key names (models/detr.py).
 
-    vitlab            backbone.{conv1,bn1,layer1…4}, input_proj, query_embed, class_embed, bbox_embed.layers.{0,1,2},
+    vitlab            backbone.{conv1,bn1,layer1…4}, input_proj, query_embed, class_embed, bbox_embed.layers.*,
                       transformer.encoder.{i}.{attn.qkv, attn.proj, norm1, mlp.fc1, mlp.fc2, norm2},
-                      transformer.decoder.{i}.{self_attn, norm1, cross_attn, norm2, mlp, norm3}, transformer.decoder_norm
-    official (.pth)   {"model": …} with backbone.0.body.*, transformer.encoder.layers.{i}.self_attn.in_proj_weight
-                      (rows [q; k; v], as vitlab's qkv), out_proj, linear1/2, norm1/2(/3), multihead_attn (cross),
-                      transformer.decoder.norm, transformer.encoder.norm (pre-norm only)
+                      transformer.decoder.{i}.{self_attn, norm1, cross_attn, norm2, mlp, norm3},
+                      transformer.decoder_norm
+    official (.pth)   {"model": …} with backbone.0.body.*,
+                      transformer.encoder.layers.{i}.self_attn.in_proj_weight (rows [q; k; v], as vitlab's qkv),
+                      out_proj, linear1/2, norm1/2(/3), multihead_attn (cross), transformer.decoder.norm, transformer.encoder.norm (pre-norm only)
     Hugging Face      model.backbone.conv_encoder.model.* (timm: torchvision's names; or HF ResNet: embedder.embedder,
                       encoder.stages.{s}.layers.{l}.layer.{j} / shortcut, each .convolution + .normalization),
                       model.{encoder,decoder}.layers.{i}.self_attn.{q,k,v}_proj + out_proj, self_attn_layer_norm,

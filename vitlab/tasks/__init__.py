@@ -6,6 +6,8 @@ from .detection import DetectionTask
 from .launch import load_run, load_task, resume, train
 from .seq2seq import Seq2SeqTask
 
-TASKS: dict[str, type[Task]] = {task.name: task for task in (ClassificationTask, Seq2SeqTask, DetectionTask)}
+TASKS: dict[str, type[Task]] = {task.name: task for task in (ClassificationTask, Seq2SeqTask,
+                                                              DetectionTask)}
 
-__all__ = ["TASKS", "ClassificationTask", "DetectionTask", "Seq2SeqTask", "Task", "load_run", "load_task", "resume", "train"]
+__all__ = ["TASKS", "ClassificationTask", "DetectionTask", "Seq2SeqTask", "Task", "load_run", "load_task", "resume",
+           "train"]

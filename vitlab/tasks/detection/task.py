@@ -158,3 +158,25 @@ class DetectionTask(Task):
         detections = [d for part in gather_objects(self.detect(model, data), self.dist) for d in part]
         ground_truth = json.loads(Path(data.dataset.annotations_file).read_text())
         return coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])
+
+    # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
+    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
+        from .inference import evaluate_run
+
+        return evaluate_run(self, model, saved, run_dir, **options)
+
+    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
+        from .inference import format_evaluation
+
+        return format_evaluation(result, which)
+
+    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], **options: Any
+                ) -> list[dict[str, Any]]:
+        from .inference import predict_files
+
+        return predict_files(self, model, saved, inputs, **options)
+
+    def format_prediction(self, item: dict[str, Any]) -> str:
+        from .inference import format_prediction
+
+        return format_prediction(item)

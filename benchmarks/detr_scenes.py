@@ -1,0 +1,227 @@
+"""COCO AP on the scenes val set against training time: vitlab's detr_small against torchvision's Faster R-CNN.
+
+    python benchmarks/detr_scenes.py                          # both detectors, 60 min of training each
+    python benchmarks/detr_scenes.py --models detr --epochs 25
+    python benchmarks/detr_scenes.py --models fasterrcnn --budget-min 60
+
+The data is `vitlab make-scenes` with its defaults (4,000 train and 500 val scenes of 128 × 128 pixels with 1–6
+Fashion-MNIST items each), made once under --data. Neither detector starts from pretrained weights: none can be
+downloaded here.
+
+- detr_small is a full `vitlab train --task detection` run (the command line's engine and options; the backbone
+  at the same lr as the rest, since it starts from random weights), evaluated with COCO AP after every epoch.
+- Faster R-CNN is torchvision's `fasterrcnn_mobilenet_v3_large_fpn(weights=None, weights_backbone=None)` at the
+  scenes' own size (min_size = max_size = 128), trained here by a plain loop with the optimizer of torchvision's
+  detection reference (SGD, momentum 0.9, weight decay 1e-4, batch 8, warm-up then cosine over the budget), and
+  evaluated on the same val set by the same pycocotools code every `--eval-every-min` minutes of training.
+
+Time is training time only (evaluations excluded), on this machine's threads. Writes
+benchmarks/results/detr_scenes.json (each model's result is kept when the other is rerun) and detr_scenes.png,
+and prints a markdown table. Run one benchmark at a time: the machine has 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+BAR = 0.5  # AP50 that detr_small must reach within 60 minutes of training
+
+
+def ensure_scenes(folder: Path, quick: bool) -> Path:
+    from vitlab.data.scenes import SceneOptions, make_scenes
+
+    if not (folder / "annotations" / "instances_val.json").is_file():
+        options = SceneOptions(train=32, val=8) if quick else SceneOptions()
+        make_scenes(folder, options, None, allow_partial_data=quick)
+    return folder
+
+
+# ---- DETR: the command line's engine ----------------------------------------------------------------------------
+def run_detr(data: Path, epochs: int, options: dict, quick: bool) -> dict:
+    from vitlab.engine.run import read_metrics
+    from vitlab.tasks import train
+
+    with tempfile.TemporaryDirectory() as root:
+        run = Path(root) / "detr"
+        train("detection", out=str(run), data=str(data), model="detr_small", epochs=epochs, **options)
+        rows = read_metrics(run)
+    curve, spent = [], 0.0
+    for row in rows:
+        spent += row["train_time_s"]
+        curve.append({"train_min": spent / 60, "epoch": row["epoch"], "map": row["map"], "map_50": row["map_50"],
+                      "map_75": row["map_75"], "mar_100": row["mar_100"], "loss": row["train_loss"]})
+    return {"model": "detr_small", "options": {"epochs": epochs, **options}, "curve": curve,
+            "images_per_s": sum(r["train_images_per_s"] for r in rows) / len(rows)}
+
+
+# ---- Faster R-CNN: torchvision's model, a plain baseline loop ----------------------------------------------------
+def run_fasterrcnn(data: Path, budget_min: float, eval_every_min: float, batch_size: int, lr: float) -> dict:
+    import torchvision
+    from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_fpn
+
+    from vitlab.data.coco import CocoDetection, detection_transforms, find_split, pad_collate
+    from vitlab.tasks.detection.coco_eval import coco_metrics
+
+    train_set = CocoDetection(*find_split(data, "train"), channels=3, transforms=detection_transforms(True))
+    val_set = CocoDetection(*find_split(data, "val"), channels=3, transforms=detection_transforms(False))
+    torch.manual_seed(0)
+    model = fasterrcnn_mobilenet_v3_large_fpn(weights=None, weights_backbone=None,
+                                              num_classes=train_set.num_classes + 1, min_size=128, max_size=128)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=1e-4)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size, shuffle=True, drop_last=True,
+                                         collate_fn=pad_collate, generator=torch.Generator().manual_seed(0))
+    val_loader = torch.utils.data.DataLoader(val_set, batch_size=16, collate_fn=pad_collate)
+    ground_truth = json.loads(val_set.annotations_file.read_text())
+    budget, warmup = budget_min * 60, 200
+
+    def evaluate() -> dict:
+        model.eval()
+        detections = []
+        with torch.no_grad():
+            for images, _, targets in val_loader:
+                sizes = [t["size"].tolist() for t in targets]
+                outputs = model([image[:, :h, :w] for image, (h, w) in zip(images, sizes)])
+                for target, out in zip(targets, outputs):
+                    xywh = torchvision.ops.box_convert(out["boxes"], "xyxy", "xywh").tolist()
+                    detections += [{"image_id": target["image_id"], "score": s,
+                                    "category_id": train_set.label_to_category[int(label) - 1], "bbox": box}
+                                   for box, s, label in zip(xywh, out["scores"].tolist(), out["labels"].tolist())]
+        model.train()
+        return coco_metrics(ground_truth, detections, [image["id"] for image in val_set.images])
+
+    curve, spent, step, images_seen, next_eval, epoch = [], 0.0, 0, 0, eval_every_min * 60, 0
+    model.train()
+    while spent < budget:
+        epoch += 1
+        for images, _, targets in loader:
+            start = time.perf_counter()
+            factor = min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, spent / budget)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr * factor
+            sizes = [t["size"].tolist() for t in targets]
+            batch = [image[:, :h, :w] for image, (h, w) in zip(images, sizes)]
+            boxes = [{"boxes": t["boxes"].as_subclass(torch.Tensor), "labels": t["labels"] + 1} for t in targets]
+            loss = sum(model(batch, boxes).values())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            spent += time.perf_counter() - start
+            step += 1
+            images_seen += len(batch)
+            if spent >= next_eval or spent >= budget:
+                metrics = evaluate()
+                curve.append({"train_min": spent / 60, "epoch": round(images_seen / len(train_set), 2),
+                              "map": metrics["map"], "map_50": metrics["map_50"], "map_75": metrics["map_75"],
+                              "mar_100": metrics["mar_100"], "loss": float(loss)})
+                print(json.dumps({"model": "fasterrcnn", **{k: round(v, 4) for k, v in curve[-1].items()}}),
+                      flush=True)
+                next_eval += eval_every_min * 60
+            if spent >= budget:
+                break
+    return {"model": "fasterrcnn_mobilenet_v3_large_fpn", "options": {
+        "budget_min": budget_min, "batch_size": batch_size, "lr": lr, "optimizer": "SGD momentum 0.9 wd 1e-4",
+        "schedule": f"linear warm-up {warmup} steps, cosine over the budget", "min_size": 128, "max_size": 128},
+        "curve": curve, "images_per_s": images_seen / max(spent, 1e-9)}
+
+
+# ---- report -----------------------------------------------------------------------------------------------------
+def at_budget(result: dict, minutes: float) -> dict | None:
+    """The last evaluation within `minutes` of training."""
+    within = [row for row in result["curve"] if row["train_min"] <= minutes + 1e-6]
+    return within[-1] if within else None
+
+
+def markdown(results: dict[str, dict], budget_min: float) -> str:
+    lines = ["| detector | training images/s | best AP50 (at min) | AP50 at the budget | AP at the budget | "
+             "AR@100 at the budget |", "| --- | --- | --- | --- | --- | --- |"]
+    for result in results.values():
+        best = max(result["curve"], key=lambda row: row["map_50"])
+        last = at_budget(result, budget_min) or result["curve"][-1]
+        lines.append(f"| {result['model']} | {result['images_per_s']:.1f} | {best['map_50']:.3f} "
+                     f"({best['train_min']:.0f}) | {last['map_50']:.3f} | {last['map']:.3f} | {last['mar_100']:.3f} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict], path: Path, budget_min: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for result in results.values():
+        minutes = [row["train_min"] for row in result["curve"]]
+        axes[0].plot(minutes, [row["map_50"] for row in result["curve"]], marker="o", ms=3, label=result["model"])
+        axes[1].plot(minutes, [row["map"] for row in result["curve"]], marker="o", ms=3, label=result["model"])
+    for ax, name in zip(axes, ("AP50", "AP (IoU 0.50:0.95)")):
+        ax.set_xlabel("training time (min, 2 CPU cores)")
+        ax.set_ylabel(f"scenes val {name}")
+        ax.axvline(budget_min, color="gray", lw=0.8, ls=":")
+        ax.grid(alpha=0.3)
+        ax.set_ylim(0, 1)
+        ax.legend()
+    axes[0].axhline(BAR, color="gray", lw=0.8, ls="--")
+    fig.suptitle("Detection on vitlab make-scenes, from random weights")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=["detr", "fasterrcnn"], default=["detr", "fasterrcnn"])
+    parser.add_argument("--data", default="data/scenes", help="the scenes folder (made there if missing)")
+    parser.add_argument("--epochs", type=int, default=25, help="detr_small's epochs (25: about 60 min here)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-4, help="detr_small's lr, backbone included")
+    parser.add_argument("--budget-min", type=float, default=60.0, help="Faster R-CNN's training time, and the bar's")
+    parser.add_argument("--frcnn-lr", type=float, default=0.01)
+    parser.add_argument("--eval-every-min", type=float, default=2.5, help="Faster R-CNN's evaluations")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, seconds of training")
+    parser.add_argument("--out", default=str(RESULTS / "detr_scenes.json"))
+    args = parser.parse_args(argv)
+    data = ensure_scenes(Path(args.data), args.quick)
+    out = Path(args.out)
+    previous = json.loads(out.read_text()) if out.is_file() else {}
+    results: dict[str, dict] = dict(previous.get("results", {}))
+    if "detr" in args.models:
+        options = {"batch_size": args.batch_size, "lr": args.lr, "backbone_lr": args.lr}
+        if args.quick:
+            options.update(eval_batch_size=8, num_queries=8)
+        results["detr"] = run_detr(data, 1 if args.quick else args.epochs, options, args.quick)
+    if "fasterrcnn" in args.models:
+        budget = 0.05 if args.quick else args.budget_min
+        results["fasterrcnn"] = run_fasterrcnn(data, budget, budget if args.quick else args.eval_every_min,
+                                               args.batch_size, args.frcnn_lr)
+    table = markdown(results, args.budget_min)
+    print(table)
+    machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+               "cpu": platform.processor() or platform.machine(), "python": platform.python_version()}
+    detr = results.get("detr")
+    bar = None
+    if detr is not None:
+        reached = [row for row in detr["curve"] if row["map_50"] >= BAR]
+        bar = {"ap50_target": BAR, "budget_min": 60,
+               "reached_at_min": reached[0]["train_min"] if reached else None,
+               "met": bool(reached) and reached[0]["train_min"] <= 60}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine, "data": str(data), "budget_min": args.budget_min, "bar": bar,
+                               "results": results, "table": table}, indent=2) + "\n")
+    plot(results, out.with_suffix(".png"), args.budget_min)
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""vitlab's DETR against Hugging Face's DetrForObjectDetection with the same configuration and the same weights:
+inference and a training step (forward, Hungarian matching, set loss with auxiliary losses, backward, AdamW),
+timed interleaved in one process.
+
+    python benchmarks/detr_speed.py                 # both configurations, 15 rounds
+    python benchmarks/detr_speed.py --quick         # a smoke run
+
+Configurations: `small`, the shape of detr_small (ResNet-18 cut after layer3, 3 + 3 layers of width 128, 25
+queries) on batches of 8 scenes of 128 × 128; `r50`, the paper's DETR-R50 (6 + 6 layers of width 256, 100 queries)
+on 2 images of 384 × 384. Hugging Face's model is built from its config with random weights, saved with
+`save_pretrained`, and loaded into vitlab (so both compute the same numbers; both freeze the batch norm and the
+stem). Each round times vitlab then Hugging Face, alternating which goes first; the table gives the median of
+the per-round ratios and their spread (min–max). Writes benchmarks/results/detr_speed.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+CONFIGS = {
+    "small": {"backbone": "resnet18", "stage": 3, "dim": 128, "heads": 8, "layers": 3, "ffn": 512, "queries": 25,
+              "classes": 10, "batch": 8, "size": 128},
+    "r50": {"backbone": "resnet50", "stage": 4, "dim": 256, "heads": 8, "layers": 6, "ffn": 2048, "queries": 100,
+            "classes": 91, "batch": 2, "size": 384},
+}
+
+
+def huggingface_model(c: dict, folder: Path):
+    import transformers
+
+    if c["backbone"] == "resnet18":
+        resnet = transformers.ResNetConfig(depths=[2, 2, 2, 2], layer_type="basic", hidden_sizes=[64, 128, 256, 512],
+                                           out_features=[f"stage{c['stage']}"])
+        backbone = {"use_timm_backbone": False, "backbone_config": resnet}
+    else:
+        backbone = {"use_timm_backbone": True, "backbone": "resnet50"}
+    config = transformers.DetrConfig(
+        use_pretrained_backbone=False, d_model=c["dim"], encoder_layers=c["layers"], decoder_layers=c["layers"],
+        encoder_attention_heads=c["heads"], decoder_attention_heads=c["heads"], encoder_ffn_dim=c["ffn"],
+        decoder_ffn_dim=c["ffn"], num_queries=c["queries"], num_labels=c["classes"], auxiliary_loss=True,
+        dropout=0.0, **backbone)
+    torch.manual_seed(0)
+    model = transformers.DetrForObjectDetection(config)
+    model.save_pretrained(folder)
+    return model
+
+
+def batch(c: dict, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randn(c["batch"], 3, c["size"], c["size"], generator=generator)
+    targets = []
+    for _ in range(c["batch"]):
+        m = 4
+        wh = 0.1 + 0.3 * torch.rand(m, 2, generator=generator)
+        centre = wh / 2 + (1 - wh) * torch.rand(m, 2, generator=generator)
+        targets.append({"labels": torch.randint(0, c["classes"], (m,), generator=generator),
+                        "boxes": torch.cat([centre, wh], 1)})
+    return images, targets
+
+
+def timed(fn, repeats: int) -> float:
+    """Seconds per call, the median of `repeats` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
+    from vitlab.interop import model_from_checkpoint
+    from vitlab.tasks.detection.criterion import SetCriterion
+    from vitlab.tasks.detection.matcher import HungarianMatcher
+
+    with tempfile.TemporaryDirectory() as folder:
+        hf = huggingface_model(c, Path(folder))
+        ours = model_from_checkpoint(folder)
+    images, targets = batch(c)
+    hf_labels = [{"class_labels": t["labels"], "boxes": t["boxes"]} for t in targets]
+    criterion = SetCriterion(c["classes"], HungarianMatcher())
+    hf_optimizer = torch.optim.AdamW([p for p in hf.parameters() if p.requires_grad], lr=1e-5)
+    our_optimizer = torch.optim.AdamW([p for p in ours.parameters() if p.requires_grad], lr=1e-5)
+
+    def our_infer():
+        with torch.inference_mode():
+            ours(images)
+
+    def hf_infer():
+        with torch.inference_mode():
+            hf(pixel_values=images)
+
+    def our_train():
+        loss = criterion(ours(images), targets)["loss"]
+        our_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        our_optimizer.step()
+
+    def hf_train():
+        loss = hf(pixel_values=images, labels=hf_labels).loss
+        hf_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        hf_optimizer.step()
+
+    rows = []
+    for mode, mine, theirs, train in (("inference", our_infer, hf_infer, False), ("train step", our_train, hf_train,
+                                                                                True)):
+        ours.train(train)
+        hf.train(train)
+        mine(), theirs()  # warm-up: first-call allocations and lazy initialisation
+        ratios, our_times, hf_times = [], [], []
+        for r in range(rounds):
+            pair = (mine, theirs) if r % 2 == 0 else (theirs, mine)
+            measured = {fn: timed(fn, calls) for fn in pair}
+            our_times.append(measured[mine])
+            hf_times.append(measured[theirs])
+            ratios.append(measured[theirs] / measured[mine])  # > 1: vitlab faster
+        rows.append({"config": name, "mode": mode, "batch": c["batch"], "size": c["size"],
+                     "vitlab_ms": 1000 * statistics.median(our_times), "hf_ms": 1000 * statistics.median(hf_times),
+                     "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
+                     "speedup_max": max(ratios), "rounds": rounds})
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()}), flush=True)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| configuration | batch | mode | vitlab ms | HF ms | HF time / vitlab time (median, min–max) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['config']} ({r['size']} px) | {r['batch']} | {r['mode']} | {r['vitlab_ms']:.0f} | "
+                     f"{r['hf_ms']:.0f} | {r['speedup_median']:.2f}× ({r['speedup_min']:.2f}–{r['speedup_max']:.2f}) |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=3, help="calls per timing (its median is taken)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, 2 rounds of 1 call")
+    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--tag", default="detr_speed")
+    args = parser.parse_args(argv)
+    rows = []
+    for name in args.configs:
+        c = dict(CONFIGS[name])
+        if args.quick:
+            c.update(size=64, batch=2, layers=1, queries=5)
+        rows += compare(name, c, 2 if args.quick else args.rounds, 1 if args.quick else args.calls)
+    table = markdown(rows)
+    print(table)
+    machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+               "cpu": platform.processor() or platform.machine(), "python": platform.python_version()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.tag}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
+    (out / f"{args.tag}.md").write_text(table + f"\n\ntorch {torch.__version__}, {torch.get_num_threads()} threads, "
+                                        f"fp32, {machine['cpu']}\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

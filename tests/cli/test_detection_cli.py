@@ -1,0 +1,93 @@
+"""`vitlab train --task detection`, `vitlab eval` and `vitlab predict` on a tiny scenes set, through main([...])."""
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from vitlab.cli.main import main
+
+MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
+TINY = ["--epochs", "2", "--batch-size", "8", "--eval-batch-size", "4", "--num-queries", "8"]
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("scenes") / "set"
+    assert main(["make-scenes", "--out", str(out), "--train", "16", "--val", "4", "--size", "64", "--scale", "16-32",
+                 "--objects", "1-3", "--data-dir", str(MINI), "--allow-partial-data"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_dir(scenes, tmp_path_factory):
+    out = tmp_path_factory.mktemp("detr") / "run"
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(out), *TINY]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_train_writes_coco_metrics_each_epoch(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2]
+    for key in ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_100", "train_loss_ce",
+                "train_loss_bbox", "train_loss_giou", "train_class_error", "train_cardinality_error"):
+        assert key in rows[-1], key
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["task"] == "detection" and saved["model_config"]["num_queries"] == 8
+    assert saved["data"]["classes"][:2] == ["T-shirt/top", "Trouser"]
+
+
+@pytest.mark.slow
+def test_eval_prints_the_coco_table_and_json(run_dir, capsys):
+    capsys.readouterr()
+    assert main(["eval", str(run_dir)]) == 0
+    assert "AP @[IoU=0.50]" in capsys.readouterr().out
+    assert main(["eval", str(run_dir), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_100"):
+        assert 0.0 <= result[key] <= 1.0 or result[key] == -1.0
+    assert result["num_images"] == 4
+
+
+@pytest.mark.slow
+def test_predict_draws_boxes_and_gives_pixels(run_dir, scenes, tmp_path, capsys):
+    images = sorted((scenes / "images" / "val").glob("*.png"))[:2]
+    capsys.readouterr()
+    assert main(["predict", str(run_dir), *map(str, images), "--out", str(tmp_path / "drawn"), "--threshold", "0.0",
+                 "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert len(results) == 2
+    for item in results:
+        assert Path(item["output"]).is_file()
+        assert len(item["detections"]) == 8  # every query scores above 0
+        for detection in item["detections"]:
+            x0, y0, x1, y1 = detection["box"]
+            assert -1 <= x0 <= x1 <= 65 and -1 <= y0 <= y1 <= 65  # pixels of the 64-pixel scene
+            assert detection["label"] in json.loads((run_dir / "config.json").read_text())["data"]["classes"]
+    assert main(["predict", str(run_dir), str(images[0]), "--threshold", "1.5"]) == 2
+
+
+@pytest.mark.slow
+def test_a_resumed_run_ends_where_a_straight_one_does(scenes, tmp_path):
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(straight), *TINY]) == 0
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(stopped), *TINY,
+                 "--max-epochs-this-run", "1"]) == 0
+    assert main(["train", "--resume", str(stopped)]) == 0
+    a, b = load_file(straight / "last.safetensors"), load_file(stopped / "last.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["train", "--task", "detection"], "--data is needed"),
+    (["train", "--task", "detection", "--data", "MISSING"], "has no COCO-format train split"),
+    (["train", "--task", "detection", "--data", "SCENES", "--model", "vit_mini_patch7_28"], "must be a detector"),
+    (["train", "--task", "detection", "--data", "SCENES", "--eos-coef", "0"], "--eos-coef must be in (0, 1]"),
+])
+def test_user_errors_give_one_line_and_rc_2(scenes, tmp_path, capsys, argv, message):
+    argv = [str(tmp_path / "missing") if a == "MISSING" else str(scenes) if a == "SCENES" else a for a in argv]
+    assert main([*argv, "--out", str(tmp_path / "new")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err

@@ -1,0 +1,109 @@
+"""A finished detection run: `vitlab eval RUN` (COCO AP on the val split, or on another COCO-format folder) and
+`vitlab predict RUN IMAGE... --out DIR` (each image with its boxes, class names and scores drawn)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from torch import nn
+from torchvision.transforms.v2 import functional as TF
+from torchvision.utils import draw_bounding_boxes
+
+from ...atomic import atomic_write
+from ...data.coco import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CocoDetection,
+    detection_transforms,
+    find_split,
+    image_transforms,
+    pad_collate,
+)
+from ...engine.loaders import EpochDataLoader
+from .coco_eval import format_table
+from .postprocess import postprocess
+
+
+def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
+                 batch_size: int | None = None, **_: Any) -> dict[str, Any]:
+    """COCO metrics of the run's model on the val split of its own data (or of `data`, a COCO-format folder with
+    the same categories)."""
+    folder = data or saved["data"]["path"]
+    images, annotations = find_split(folder, "val")
+    dataset = CocoDetection(images, annotations, channels=3, transforms=detection_transforms(
+        False, task.config.max_size, mean=IMAGENET_MEAN, std=IMAGENET_STD))
+    if dataset.category_names != saved["data"]["classes"]:
+        raise ValueError(f"{annotations} names the categories {dataset.category_names}, the run was trained on "
+                         f"{saved['data']['classes']}; evaluate on data with the run's categories")
+    loader = EpochDataLoader(dataset, batch_size or task.config.eval_batch_size, pad=False, collate_fn=pad_collate)
+    start = time.perf_counter()
+    metrics = task.evaluate(model, loader)
+    return {**metrics, "num_images": len(dataset), "images_per_s": len(dataset) / (time.perf_counter() - start),
+            "data": str(folder), "run_dir": str(run_dir)}
+
+
+def format_evaluation(result: dict[str, Any], which: str) -> str:
+    return (f"COCO box metrics on {result['num_images']} images of {result['data']} ({result['run_dir']}, {which})\n"
+            + format_table(result))
+
+
+@torch.inference_mode()
+def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], out: str | None = None,
+                  threshold: float = 0.5, **_: Any) -> list[dict[str, Any]]:
+    """Detections of each image above `threshold`: label, category id, score, box (x0, y0, x1, y1) in the image's
+    pixels; with `out`, the image with its boxes drawn is written there as NAME.png."""
+    if not 0.0 <= threshold < 1.0:
+        raise ValueError(f"--threshold must be in [0, 1), got {threshold}")
+    classes, category_ids = saved["data"]["classes"], saved["data"]["category_ids"]
+    transforms = image_transforms(task.config.max_size, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    model.eval()
+    device = next(model.parameters()).device
+    results = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no image at {path}")
+        pil = Image.open(path).convert("RGB")
+        pixels = TF.to_dtype(TF.to_image(pil), torch.float32, scale=True)  # (3, H, W) in [0, 1]
+        image = transforms(pixels)
+        outputs = model(image[None].to(device))
+        found = postprocess(outputs, torch.tensor([[pil.height, pil.width]]), threshold)[0]
+        detections = [{"label": classes[label], "category_id": category_ids[label], "score": round(score, 4),
+                       "box": [round(v, 1) for v in box]}
+                      for label, score, box in zip(found["labels"].tolist(), found["scores"].tolist(),
+                                                   found["boxes"].tolist())]
+        item: dict[str, Any] = {"input": str(path), "detections": detections}
+        if out:
+            item["output"] = str(draw(pixels, found, classes, Path(out) / f"{Path(path).stem}.png"))
+        results.append(item)
+    return results
+
+
+def draw(pixels: torch.Tensor, found: dict[str, torch.Tensor], classes: list[str], path: Path,
+         min_side: int = 384) -> Path:
+    """The image (3, H, W) in [0, 1] with each detection's box and "class score" drawn, enlarged (nearest
+    neighbour) to at least `min_side` pixels so that small images stay legible; written atomically as PNG."""
+    scale = max(1, -(-min_side // max(pixels.shape[1:])))
+    image = (pixels * 255).round().to(torch.uint8)
+    image = image.repeat_interleave(scale, 1).repeat_interleave(scale, 2)  # (3, H·s, W·s)
+    labels = [f"{classes[label]} {score:.2f}" for label, score in zip(found["labels"].tolist(),
+                                                                      found["scores"].tolist())]
+    palette = ["#e6194b", "#3cb44b", "#ffe119", "#4363d8", "#f58231", "#911eb4", "#46f0f0", "#f032e6", "#bcf60c",
+               "#fabebe"]
+    colors = [palette[label % len(palette)] for label in found["labels"].tolist()]
+    if len(labels):
+        image = draw_bounding_boxes(image, found["boxes"].cpu() * scale, labels=labels, colors=colors, width=2)
+    picture = Image.fromarray(image.permute(1, 2, 0).numpy())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: picture.save(f, format="PNG"), mode="wb")
+    return path
+
+
+def format_prediction(item: dict[str, Any]) -> str:
+    found = ", ".join(f"{d['label']} {d['score']:.2f} at ({', '.join(f'{v:.0f}' for v in d['box'])})"
+                      for d in item["detections"]) or "nothing above the threshold"
+    drawn = f" -> {item['output']}" if "output" in item else ""
+    return f"{item['input']}: {found}{drawn}"
