@@ -32,9 +32,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        default_texts=loop_default_texts(tasks.values()))
     seen: set[str] = {f for f in LoopConfig.__dataclass_fields__}
     for name, cls in tasks.items():
-        group = p.add_argument_group(f"--task {name}")
+        group = p.add_argument_group(f"--task {name}", description=shared_options_text(cls.Config, seen))
         seen.update(add_config_options(group, cls.Config, skip=seen))
     p.set_defaults(run=run)
+
+
+def shared_options_text(config_cls: type, listed: set[str]) -> str | None:
+    """For a task's options already listed under another task (--data, --model, …): what they mean here."""
+    from .options import _shown, flag_of
+
+    shared = [field for field in dataclasses.fields(config_cls) if field.name in listed
+              and field.name not in LoopConfig.__dataclass_fields__ and field.metadata.get("cli", True)]
+    if not shared:
+        return None
+    texts = [f"{flag_of(field)}: {field.metadata.get('help', '')} (default: "
+             f"{field.metadata.get('default_text') or _shown(field.default)})" for field in shared]
+    return "also, with this meaning here: " + "; ".join(texts)
 
 
 def loop_default_texts(task_classes) -> dict[str, str]:

@@ -6,7 +6,8 @@
                       transformer.decoder_norm
     official (.pth)   {"model": …} with backbone.0.body.*,
                       transformer.encoder.layers.{i}.self_attn.in_proj_weight (rows [q; k; v], as vitlab's qkv),
-                      out_proj, linear1/2, norm1/2(/3), multihead_attn (cross), transformer.decoder.norm, transformer.encoder.norm (pre-norm only)
+                      out_proj, linear1/2, norm1/2(/3), multihead_attn (cross), transformer.decoder.norm,
+                      transformer.encoder.norm (pre-norm only)
     Hugging Face      model.backbone.conv_encoder.model.* (timm: torchvision's names; or HF ResNet: embedder.embedder,
                       encoder.stages.{s}.layers.{l}.layer.{j} / shortcut, each .convolution + .normalization),
                       model.{encoder,decoder}.layers.{i}.self_attn.{q,k,v}_proj + out_proj, self_attn_layer_norm,

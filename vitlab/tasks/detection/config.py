@@ -11,12 +11,16 @@ from ...engine.options import check, option
 @dataclass(frozen=True)
 class DetectionConfig:
     data: str | None = option(None, "a COCO-format folder: images/{train,val}/ + annotations/instances_{train,val}"
-                              ".json (vitlab make-scenes), or COCO's train2017/ + val2017/", metavar="DIR")
+                              ".json (vitlab make-scenes), or COCO's train2017/ + val2017/", metavar="DIR",
+                              default_text="none, give one")
     model: str = option("detr_small", "a registered detector (vitlab models 'detr*')")
     weights: str | None = option(None, "start from these weights: a vitlab file or run, an official DETR .pth, "
-                                 "a Hugging Face DetrForObjectDetection folder", metavar="PATH")
-    num_queries: int | None = option(None, "object queries (default: the model's)")
-    max_size: int | None = option(None, "resize each image so its longer side is this many pixels (default: as is)")
+                                 "a Hugging Face DetrForObjectDetection folder", metavar="PATH",
+                                 default_text="random")
+    num_queries: int | None = option(None, "object queries", default_text="the model's")
+    dropout: float | None = option(None, "dropout in the transformer", default_text="the model's")
+    max_size: int | None = option(None, "resize each image so its longer side is this many pixels",
+                                    default_text="as it is")
     hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip")
     backbone_lr: float = option(1e-5, "learning rate of the CNN backbone (the rest trains at --lr)")
     eos_coef: float = option(0.1, "weight of the no-object class in the cross-entropy")
@@ -35,5 +39,6 @@ class DetectionConfig:
         for name in ("cost_class", "cost_bbox", "cost_giou", "class_weight", "bbox_weight", "giou_weight"):
             check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
         check(self.num_queries is None or self.num_queries > 0, "num_queries", "positive", self.num_queries)
+        check(self.dropout is None or 0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
         check(self.max_size is None or self.max_size >= 32, "max_size", ">= 32 pixels", self.max_size)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)

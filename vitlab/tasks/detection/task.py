@@ -107,7 +107,7 @@ class DetectionTask(Task):
         c = self.config
         if get_config(c.model).family != "detr":
             raise OptionError("model", f"must be a detector (vitlab models 'detr*'), got {c.model!r}")
-        overrides = {"num_queries": c.num_queries} if c.num_queries else {}
+        overrides = {key: getattr(c, key) for key in ("num_queries", "dropout") if getattr(c, key) is not None}
         classes = num_classes or self.train_set.num_classes
         model = create_model(c.model, num_classes=classes, aux_loss=c.aux_loss, **overrides)
         if c.weights:
