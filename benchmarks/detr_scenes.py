@@ -123,7 +123,7 @@ def run_fasterrcnn(data: Path, budget_min: float, eval_every_min: float, batch_s
                 metrics = evaluate()
                 curve.append({"train_min": spent / 60, "epoch": round(images_seen / len(train_set), 2),
                               "map": metrics["map"], "map_50": metrics["map_50"], "map_75": metrics["map_75"],
-                              "mar_100": metrics["mar_100"], "loss": float(loss)})
+                              "mar_100": metrics["mar_100"], "loss": loss.item()})
                 print(json.dumps({"model": "fasterrcnn", **{k: round(v, 4) for k, v in curve[-1].items()}}),
                       flush=True)
                 next_eval += eval_every_min * 60

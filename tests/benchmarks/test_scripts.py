@@ -61,3 +61,29 @@ def test_randaugment_benchmark_times_both_ways(tmp_path):
     (row,) = result["rows"]
     assert row["shape"] == [8, 1, 28, 28] and all(v > 0 for v in row["seconds"].values())
     assert 0 < row["share_of_step_after"] < 1 and "| vitlab batched |" in (tmp_path / "t.md").read_text()
+
+
+@pytest.mark.slow
+def test_detr_scenes_benchmark_records_both_detectors_curves(tmp_path):
+    from vitlab.cli.main import main
+
+    mini = ROOT / "tests" / "fixtures" / "fashion-mnist-mini"
+    data = tmp_path / "scenes"
+    assert main(["make-scenes", "--out", str(data), "--train", "16", "--val", "4", "--size", "64", "--data-dir",
+                 str(mini), "--allow-partial-data"]) == 0
+    out = tmp_path / "detr_scenes.json"
+    _load_script("detr_scenes").main(["--quick", "--data", str(data), "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert set(result["results"]) == {"detr", "fasterrcnn"}
+    for run in result["results"].values():
+        assert run["curve"] and all(0 <= row["map_50"] <= 1 and row["train_min"] > 0 for row in run["curve"])
+    assert result["bar"]["ap50_target"] == 0.5 and "| detr_small |" in result["table"]
+    assert out.with_suffix(".png").is_file()
+
+
+@pytest.mark.slow
+def test_detr_speed_benchmark_times_both_libraries(tmp_path):
+    rows = _load_script("detr_speed").main(["--quick", "--configs", "small", "--out", str(tmp_path), "--tag", "t"])
+    assert [r["mode"] for r in rows] == ["inference", "train step"]
+    assert all(r["vitlab_ms"] > 0 and r["hf_ms"] > 0 and r["speedup_min"] <= r["speedup_median"] for r in rows)
+    assert "HF time / vitlab time" in (tmp_path / "t.md").read_text()

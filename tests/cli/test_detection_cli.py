@@ -91,3 +91,24 @@ def test_user_errors_give_one_line_and_rc_2(scenes, tmp_path, capsys, argv, mess
     assert main([*argv, "--out", str(tmp_path / "new")]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_evaluate_the_whole_val_split(scenes, tmp_path, monkeypatch, capsys):
+    """Each process detects on its shard; the gathered AP equals the AP of one process on the whole split."""
+    import subprocess
+
+    from tests.engine.test_distributed import torchrun
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    out = tmp_path / "ddp"
+    done = subprocess.run(torchrun("--task", "detection", "--data", str(scenes), "--out", str(out), "--threads", "1",
+                                   *TINY), check=False, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    capsys.readouterr()
+    assert main(["eval", str(out), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert row["num_detections"] == alone["num_detections"] == 4 * 8  # every query of every val image, once
+    assert alone["map"] == pytest.approx(row["map"], abs=1e-9)
+    assert alone["mar_100"] == pytest.approx(row["mar_100"], abs=1e-9)

@@ -77,9 +77,10 @@ def huggingface_detr(tmp_path, backbone):
                "num_queries": 12, "auxiliary_loss": False}
     if backbone == "timm":
         config = transformers.DetrConfig(use_timm_backbone=True, backbone="resnet50", **options)
-    else:  # Hugging Face's own ResNet-18
+    else:  # Hugging Face's own ResNet-18, read after its last stage or (hf-resnet-c4) after the third
+        stage = "stage3" if backbone.endswith("c4") else "stage4"
         resnet = transformers.ResNetConfig(depths=[2, 2, 2, 2], layer_type="basic", hidden_sizes=[64, 128, 256, 512],
-                                           out_features=["stage4"])
+                                           out_features=[stage])
         config = transformers.DetrConfig(use_timm_backbone=False, backbone_config=resnet, **options)
     torch.manual_seed(0)
     model = transformers.DetrForObjectDetection(config).eval()
@@ -95,11 +96,12 @@ def huggingface_detr(tmp_path, backbone):
     return model, folder
 
 
-@pytest.mark.parametrize("backbone", ["timm", "hf-resnet"])
+@pytest.mark.parametrize("backbone", ["timm", "hf-resnet", "hf-resnet-c4"])
 def test_huggingface_folder_gives_the_same_outputs(tmp_path, backbone):
     reference, folder = huggingface_detr(tmp_path, backbone)
     ours = model_from_checkpoint(folder).eval()
     assert ours.config.backbone == ("resnet50" if backbone == "timm" else "resnet18")
+    assert ours.config.backbone_last_stage == (3 if backbone.endswith("c4") else 4)
     images, mask = padded_batch()
     with torch.no_grad():
         for padding in (None, mask):

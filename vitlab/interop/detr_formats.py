@@ -118,6 +118,12 @@ def _from_huggingface(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return out
 
 
+def unused_stages_dropped(state: dict[str, torch.Tensor], last_stage: int) -> dict[str, torch.Tensor]:
+    """The state without the backbone stages after `last_stage`, which the detector never runs."""
+    unused = tuple(f"backbone.layer{s}." for s in range(last_stage + 1, 5))
+    return {key: value for key, value in state.items() if not key.startswith(unused)}
+
+
 def detr_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The DETRConfig fields a vitlab-layout DETR state dict (and a Hugging Face config.json, if any) determine."""
     arch: dict[str, Any] = {"family": "detr"}
@@ -130,9 +136,12 @@ def detr_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] 
     if "transformer.decoder.0.mlp.fc1.weight" in state:
         arch["ffn_dim"] = state["transformer.decoder.0.mlp.fc1.weight"].shape[0]
     stages = [s for s in range(1, 5) if f"backbone.layer{s}.0.conv1.weight" in state]
-    arch["backbone_last_stage"] = max(stages)
     blocks = tuple(len({k.split(".")[2] for k in state if k.startswith(f"backbone.layer{s}.")}) for s in stages)
     bottleneck = "backbone.layer1.0.conv3.weight" in state
+    # the stage DETR reads is the one whose width the input projection takes (a Hugging Face backbone keeps the
+    # weights of later stages it does not use)
+    widths = (256, 512, 1024, 2048) if bottleneck else (64, 128, 256, 512)
+    arch["backbone_last_stage"] = widths.index(state["input_proj.weight"].shape[1]) + 1
     if bottleneck:
         arch["backbone"] = "resnet101" if blocks[2:3] == (23,) else "resnet50"
     else:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .detr_formats import detr_architecture, detr_state, is_detr_state
+from .detr_formats import detr_architecture, detr_state, is_detr_state, unused_stages_dropped
 from .weights import CONFIG_KEY, read_state_dict
 
 
@@ -86,7 +86,9 @@ def _from_detr(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None)
     """An official DETR (.pth) or a Hugging Face DetrForObjectDetection, in vitlab's DETR names."""
     source = "huggingface" if "model.query_position_embeddings.weight" in state else "official"
     state = detr_state(state)
-    return state, CheckpointInfo(source, architecture=detr_architecture(state, hf_config))
+    architecture = detr_architecture(state, hf_config)
+    state = unused_stages_dropped(state, architecture["backbone_last_stage"])
+    return state, CheckpointInfo(source, architecture=architecture)
 
 
 HF_BLOCK_V5 = {"attention.o_proj": "attn.proj", "layernorm_before": "norm1", "layernorm_after": "norm2",

@@ -157,7 +157,8 @@ class DetectionTask(Task):
         """COCO box AP over the whole val split: each process detects on its shard, every process scores all."""
         detections = [d for part in gather_objects(self.detect(model, data), self.dist) for d in part]
         ground_truth = json.loads(Path(data.dataset.annotations_file).read_text())
-        return coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])
+        metrics = coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])
+        return {**metrics, "num_detections": len(detections)}
 
     # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
     def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
