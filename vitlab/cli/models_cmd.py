@@ -27,8 +27,21 @@ def run(args: argparse.Namespace) -> int:
         with torch.device("meta"):  # count without allocating
             model = create_model(name)
         c = model.config
-        img = c.img_size if isinstance(c.img_size, int) else "×".join(map(str, c.img_size))
-        patch = c.patch_size if isinstance(c.patch_size, int) else "×".join(map(str, c.patch_size))
-        print(f"{name:<26} {img!s:>9} {patch!s:>7} {c.dim:>5} {c.depth:>5} {c.num_heads:>5} {c.num_classes:>7} "
+        print(f"{name:<26} {_size(c.img_size):>9} {_size(getattr(c, 'patch_size', None)):>7} "
+              f"{getattr(c, 'dim', '—')!s:>5} {_depth(c):>5} {getattr(c, 'num_heads', '—')!s:>5} {c.num_classes:>7} "
               f"{count_parameters(model):>13,}")
     return 0
+
+
+def _size(value) -> str:
+    """28, (16, 16) -> "16×16", None (a convnet's patch) -> "—"."""
+    if value is None:
+        return "—"
+    return str(value) if isinstance(value, int) else "×".join(map(str, value))
+
+
+def _depth(c) -> str:
+    """Blocks: a ViT's depth, a DETR's encoder + decoder layers, a ResNet's depth."""
+    if hasattr(c, "enc_layers"):
+        return f"{c.enc_layers}+{c.dec_layers}"
+    return str(getattr(c, "depth", "—"))
