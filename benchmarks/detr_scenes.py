@@ -49,13 +49,14 @@ def ensure_scenes(folder: Path, quick: bool) -> Path:
 
 
 # ---- DETR: the command line's engine ----------------------------------------------------------------------------
-def run_detr(data: Path, epochs: int, options: dict, quick: bool) -> dict:
+def run_detr(data: Path, epochs: int, options: dict, run_dir: str | None) -> dict:
     from vitlab.engine.run import read_metrics
     from vitlab.tasks import train
 
     with tempfile.TemporaryDirectory() as root:
-        run = Path(root) / "detr"
-        train("detection", out=str(run), data=str(data), model="detr_small", epochs=epochs, **options)
+        run = Path(run_dir) if run_dir else Path(root) / "detr"
+        train("detection", out=str(run), overwrite=True, data=str(data), model="detr_small", epochs=epochs,
+              **options)
         rows = read_metrics(run)
     curve, spent = [], 0.0
     for row in rows:
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--budget-min", type=float, default=60.0, help="Faster R-CNN's training time, and the bar's")
     parser.add_argument("--frcnn-lr", type=float, default=0.01)
     parser.add_argument("--eval-every-min", type=float, default=2.5, help="Faster R-CNN's evaluations")
+    parser.add_argument("--run-dir", help="keep detr_small's run folder here (for `vitlab predict`; default: a "
+                        "temporary folder)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, seconds of training")
     parser.add_argument("--out", default=str(RESULTS / "detr_scenes.json"))
     args = parser.parse_args(argv)
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
         options = {"batch_size": args.batch_size, "lr": args.lr, "backbone_lr": args.lr, "dropout": args.dropout}
         if args.quick:
             options.update(eval_batch_size=8, num_queries=8)
-        results["detr"] = run_detr(data, 1 if args.quick else args.epochs, options, args.quick)
+        results["detr"] = run_detr(data, 1 if args.quick else args.epochs, options, args.run_dir)
     if "fasterrcnn" in args.models:
         budget = 0.05 if args.quick else args.budget_min
         results["fasterrcnn"] = run_fasterrcnn(data, budget, budget if args.quick else args.eval_every_min,
