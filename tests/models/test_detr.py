@@ -163,3 +163,17 @@ def test_load_weights_accepts_an_official_state_dict():
     with torch.no_grad():
         theirs = reference(nested(images, torch.zeros(1, 64, 64, dtype=torch.bool)))
         torch.testing.assert_close(ours(images).pred_boxes, theirs["pred_boxes"], atol=1e-4, rtol=1e-4)
+
+
+def test_convert_writes_a_vitlab_file_with_the_same_outputs(tmp_path):
+    from vitlab.cli.main import main
+
+    reference = official_detr(num_classes=7, backbone="resnet18", dim=64, heads=8, enc_layers=1, dec_layers=2,
+                              ffn_dim=128, num_queries=10)
+    torch.save({"model": reference.state_dict()}, tmp_path / "detr.pth")
+    assert main(["convert", str(tmp_path / "detr.pth"), str(tmp_path / "detr.safetensors")]) == 0
+    model = load_model(tmp_path / "detr.safetensors").eval()
+    images, mask = padded_batch()
+    with torch.no_grad():
+        theirs = reference(nested(images, mask))
+        torch.testing.assert_close(model(images, mask).pred_boxes, theirs["pred_boxes"], atol=1e-4, rtol=1e-4)
