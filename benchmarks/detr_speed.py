@@ -8,8 +8,9 @@ timed interleaved in one process.
 Configurations: `small`, the shape of detr_small (ResNet-18 cut after layer3, 3 + 3 layers of width 128, 25
 queries) on batches of 8 scenes of 128 × 128; `r50`, the paper's DETR-R50 (6 + 6 layers of width 256, 100 queries)
 on 2 images of 384 × 384. Hugging Face's model is built from its config with random weights, saved with
-`save_pretrained`, and loaded into vitlab (so both compute the same numbers; both freeze the batch norm and the
-stem). Each round times vitlab then Hugging Face, alternating which goes first; the table gives the median of
+`save_pretrained`, and loaded into vitlab (so both compute the same numbers), and both train the same weights:
+frozen batch norm, the stem and layer1 frozen, the rest trained (`train_the_same_backbone_weights` says why
+Hugging Face's own choice differs). Each round times vitlab then Hugging Face, alternating which goes first; the table gives the median of
 the per-round ratios and their spread (min–max). Writes benchmarks/results/detr_speed.json and .md.
 """
 
@@ -56,6 +57,19 @@ def huggingface_model(c: dict, folder: Path):
     return model
 
 
+def train_the_same_backbone_weights(hf, ours) -> None:
+    """Give Hugging Face's backbone the trainable weights of vitlab's (the paper's: all but the stem and layer1).
+
+    transformers (5.x) decides which backbone weights train by names: with a timm backbone it freezes none (its
+    check looks for "resnet" in the backbone type "timm_backbone"), with its own ResNet all of them (it looks for
+    "stage.1" in names that read "stages.1"). Either way a training step would not be the same computation."""
+    from vitlab.interop.detr_formats import hf_backbone_key
+
+    trainable = {name: p.requires_grad for name, p in ours.named_parameters()}
+    for name, param in hf.model.backbone.model.named_parameters():
+        param.requires_grad_(trainable.get("backbone." + hf_backbone_key(name), False))
+
+
 def batch(c: dict, seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     images = torch.randn(c["batch"], 3, c["size"], c["size"], generator=generator)
@@ -87,6 +101,7 @@ def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as folder:
         hf = huggingface_model(c, Path(folder))
         ours = model_from_checkpoint(folder)
+    train_the_same_backbone_weights(hf, ours)
     images, targets = batch(c)
     hf_labels = [{"class_labels": t["labels"], "boxes": t["boxes"]} for t in targets]
     criterion = SetCriterion(c["classes"], HungarianMatcher())

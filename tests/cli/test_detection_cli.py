@@ -112,3 +112,19 @@ def test_torchrun_two_processes_evaluate_the_whole_val_split(scenes, tmp_path, m
     assert row["num_detections"] == alone["num_detections"] == 4 * 8  # every query of every val image, once
     assert alone["map"] == pytest.approx(row["map"], abs=1e-9)
     assert alone["mar_100"] == pytest.approx(row["mar_100"], abs=1e-9)
+
+
+@pytest.mark.slow
+def test_pictures_script_draws_truth_above_predictions(run_dir, tmp_path):
+    import importlib.util
+
+    from PIL import Image
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "detr_pictures.py"
+    spec = importlib.util.spec_from_file_location("detr_pictures", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.main([str(run_dir), "--images", "2", "--out", str(tmp_path / "sheet.png")])
+    width, height = Image.open(out).size
+    assert width == height == 2 * 384  # two 64-pixel scenes enlarged to 384, side by side; truth above predictions
+    assert not (tmp_path / ".detr_pictures").exists()

@@ -68,7 +68,7 @@ def _from_official(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _hf_backbone_key(key: str) -> str:
+def hf_backbone_key(key: str) -> str:
     """A Hugging Face ResNet backbone key (embedder / encoder.stages) in torchvision's names; timm keys pass."""
     key = key.replace("embedder.embedder.convolution", "conv1").replace("embedder.embedder.normalization", "bn1")
     match = re.match(r"encoder\.stages\.(\d+)\.layers\.(\d+)\.(shortcut|layer\.(\d+))\.(convolution|normalization)"
@@ -89,7 +89,7 @@ def _from_huggingface(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
         if key.startswith(("model.backbone.conv_encoder.model.", "model.backbone.model.")):
             rest = key.removeprefix("model.backbone.conv_encoder.model.").removeprefix("model.backbone.model.")
             if not rest.endswith("num_batches_tracked"):
-                out["backbone." + _hf_backbone_key(rest)] = value
+                out["backbone." + hf_backbone_key(rest)] = value
         elif match := re.match(r"model\.(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)$", key):
             side, i, stem, kind = match.groups()
             attention = re.match(r"(self_attn|encoder_attn)\.([qkv])_proj$", stem)
