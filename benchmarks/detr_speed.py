@@ -11,7 +11,8 @@ on 2 images of 384 × 384. Hugging Face's model is built from its config with ra
 `save_pretrained`, and loaded into vitlab (so both compute the same numbers), and both train the same weights:
 frozen batch norm, the stem and layer1 frozen, the rest trained (`train_the_same_backbone_weights` says why
 Hugging Face's own choice differs). Each round times vitlab then Hugging Face, alternating which goes first;
-the table gives the median of the per-round ratios and their spread (min–max). Writes benchmarks/results/detr_speed.json and .md.
+the table gives the median of the per-round ratios and their spread (min–max). Writes
+benchmarks/results/detr_speed.json and .md.
 """
 
 from __future__ import annotations
