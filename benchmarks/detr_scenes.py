@@ -144,8 +144,8 @@ def run_fasterrcnn(data: Path, budget_min: float, eval_every_min: float, batch_s
 
 # ---- report -----------------------------------------------------------------------------------------------------
 def at_budget(result: dict, minutes: float) -> dict | None:
-    """The last evaluation within `minutes` of training."""
-    within = [row for row in result["curve"] if row["train_min"] <= minutes + 1e-6]
+    """The last evaluation within `minutes` of training (and the one that closes a budget a step past it)."""
+    within = [row for row in result["curve"] if row["train_min"] <= minutes * 1.01]
     return within[-1] if within else None
 
 

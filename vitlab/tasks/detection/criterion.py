@@ -40,21 +40,23 @@ class SetCriterion:
         """targets[b]: "labels" (M_b,) in 0 … K-1, "boxes" (M_b, 4) normalised cxcywh. Returns "loss" (the weighted
         total) and every term by name."""
         num_objects = self.num_objects(targets)
-        matches = self.matcher(outputs.logits, outputs.pred_boxes, targets)
-        losses = self.layer_losses(outputs, targets, matches, num_objects)
-        losses.update(self.logged(outputs, targets, matches))
-        for i, aux in enumerate(outputs.aux_outputs):
-            aux_matches = self.matcher(aux.logits, aux.pred_boxes, targets)
-            layer = self.layer_losses(aux, targets, aux_matches, num_objects)
-            losses.update({f"{key}_{i}": value for key, value in layer.items()})
-        losses["loss"] = sum(self.weights[key.rsplit("_", 1)[0] if key[-1].isdigit() else key] * value
-                             for key, value in list(losses.items()) if key.startswith("loss_"))
+        losses: dict[str, torch.Tensor] = {}
+        total = torch.zeros((), device=outputs.logits.device)
+        layers = [("", outputs)] + [(f"_{i}", aux) for i, aux in enumerate(outputs.aux_outputs)]
+        for suffix, layer in layers:  # the final layer, then each earlier one with its own matching
+            matches = self.matcher(layer.logits, layer.pred_boxes, targets)
+            terms = self.layer_losses(layer, targets, matches, num_objects)
+            total = total + sum(self.weights[name] * value for name, value in terms.items())
+            losses.update({name + suffix: value for name, value in terms.items()})
+            if not suffix:
+                losses.update(self.logged(layer, targets, matches))
+        losses["loss"] = total
         return losses
 
     def layer_losses(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]], matches: list[Match],
                      num_objects: float) -> dict[str, torch.Tensor]:
         logits, boxes = outputs.logits, outputs.pred_boxes  # (B, N, K + 1), (B, N, 4)
-        batch_index, pred_index = self.matched_predictions(matches)
+        batch_index, pred_index = self.matched_predictions(matches, logits.device)
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
         target_classes[batch_index, pred_index] = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, matches)])
         loss_ce = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
@@ -71,7 +73,7 @@ class SetCriterion:
     def logged(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]], matches: list[Match]
                ) -> dict[str, torch.Tensor]:
         logits = outputs.logits
-        batch_index, pred_index = self.matched_predictions(matches)
+        batch_index, pred_index = self.matched_predictions(matches, logits.device)
         labels = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, matches)])
         if len(labels):
             correct = (logits[batch_index, pred_index].argmax(-1) == labels).float().mean()
@@ -83,7 +85,8 @@ class SetCriterion:
         return {"class_error": class_error, "cardinality_error": F.l1_loss(predicted, counts)}
 
     @staticmethod
-    def matched_predictions(matches: list[Match]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The (image, prediction) index of every matched prediction, both (ΣM,)."""
+    def matched_predictions(matches: list[Match], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (image, prediction) index of every matched prediction, both (ΣM,), on `device` (the matcher's
+        indices come from scipy, on the CPU)."""
         batch_index = torch.cat([torch.full_like(i, b) for b, (i, _) in enumerate(matches)])
-        return batch_index, torch.cat([i for i, _ in matches])
+        return batch_index.to(device), torch.cat([i for i, _ in matches]).to(device)
