@@ -13,7 +13,8 @@ downloaded here.
   in short probes (2–3 epochs each): the backbone at the same lr as the rest (the paper's 1e-5 is for an ImageNet
   backbone), lr 2e-4, batch 4 (more updates for the same images) and no dropout.
 - Faster R-CNN is torchvision's `fasterrcnn_mobilenet_v3_large_fpn(weights=None, weights_backbone=None)` at the
-  scenes' own size (min_size = max_size = 128) with 128 sampled RoIs per image, trained here by a plain loop with the optimizer of torchvision's
+  scenes' own size (min_size = max_size = 128) with 128 sampled RoIs per image, trained here by a plain loop
+  with the optimizer of torchvision's
   detection reference (SGD, momentum 0.9, weight decay 1e-4, batch 8, warm-up then cosine over the budget), and
   evaluated on the same val set by the same pycocotools code every `--eval-every-min` minutes of training.
 
