@@ -23,7 +23,6 @@ import os
 import platform
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -84,17 +83,8 @@ def batch(c: dict, seed: int = 0):
     return images, targets
 
 
-def timed(fn, repeats: int) -> float:
-    """Seconds per call, the median of `repeats` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
+    from benchmarks.harness import timed
     from vitlab.interop import model_from_checkpoint
     from vitlab.tasks.detection.criterion import SetCriterion
     from vitlab.tasks.detection.matcher import HungarianMatcher
@@ -138,7 +128,7 @@ def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
         ratios, our_times, hf_times = [], [], []
         for r in range(rounds):
             pair = (mine, theirs) if r % 2 == 0 else (theirs, mine)
-            measured = {fn: timed(fn, calls) for fn in pair}
+            measured = {fn: timed(fn, calls, warmup=0) for fn in pair}
             our_times.append(measured[mine])
             hf_times.append(measured[theirs])
             ratios.append(measured[theirs] / measured[mine])  # > 1: vitlab faster
