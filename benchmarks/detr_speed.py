@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -84,7 +83,7 @@ def batch(c: dict, seed: int = 0):
 
 
 def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
-    from benchmarks.harness import timed
+    from benchmarks.harness import interleaved
     from vitlab.interop import model_from_checkpoint
     from vitlab.tasks.detection.criterion import SetCriterion
     from vitlab.tasks.detection.matcher import HungarianMatcher
@@ -124,18 +123,11 @@ def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
                                                                                 True)):
         ours.train(train)
         hf.train(train)
-        mine(), theirs()  # warm-up: first-call allocations and lazy initialisation
-        ratios, our_times, hf_times = [], [], []
-        for r in range(rounds):
-            pair = (mine, theirs) if r % 2 == 0 else (theirs, mine)
-            measured = {fn: timed(fn, calls, warmup=0) for fn in pair}
-            our_times.append(measured[mine])
-            hf_times.append(measured[theirs])
-            ratios.append(measured[theirs] / measured[mine])  # > 1: vitlab faster
+        timing = interleaved(mine, theirs, rounds, calls)
         rows.append({"config": name, "mode": mode, "batch": c["batch"], "size": c["size"],
-                     "vitlab_ms": 1000 * statistics.median(our_times), "hf_ms": 1000 * statistics.median(hf_times),
-                     "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
-                     "speedup_max": max(ratios), "rounds": rounds})
+                     "vitlab_ms": 1000 * timing["mine_s"], "hf_ms": 1000 * timing["theirs_s"],
+                     "speedup_median": timing["speedup_median"], "speedup_min": timing["speedup_min"],
+                     "speedup_max": timing["speedup_max"], "rounds": rounds})
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()}), flush=True)
     return rows
 

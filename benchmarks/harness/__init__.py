@@ -20,7 +20,7 @@ result files).
 """
 
 from .attention import attention_paths, scaling
-from .clock import synchronize, timed
+from .clock import interleaved, synchronize, timed
 from .costs import achieved_share, flops_per_image, matmul_peak_gflops, peak_memory, peak_rss_mib, rss_mib
 from .host import machine
 from .reporting import attention_table, cost_table, report, scaling_table, speed_table, write_results
@@ -55,6 +55,7 @@ __all__ = [
     "cost_table",
     "flops_per_image",
     "image_shape",
+    "interleaved",
     "machine",
     "matmul_peak_gflops",
     "measure",

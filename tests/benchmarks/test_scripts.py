@@ -72,9 +72,12 @@ def test_detr_scenes_benchmark_records_both_detectors_curves(tmp_path):
     assert main(["make-scenes", "--out", str(data), "--train", "16", "--val", "4", "--size", "64", "--data-dir",
                  str(mini), "--allow-partial-data"]) == 0
     out = tmp_path / "detr_scenes.json"
-    _load_script("detr_scenes").main(["--quick", "--data", str(data), "--out", str(out)])
+    _load_script("detr_scenes").main(["--quick", "--data", str(data), "--out", str(out), "--models", "detr",
+                                      "detr-pretrained", "fasterrcnn"])
     result = json.loads(out.read_text())
-    assert set(result["results"]) == {"detr", "fasterrcnn"}
+    assert set(result["results"]) == {"detr", "detr_pretrained", "fasterrcnn"}
+    pretrained = result["results"]["detr_pretrained"]
+    assert pretrained["curve"][0]["train_min"] > pretrained["pretraining"]["train_min"] > 0
     for run in result["results"].values():
         assert run["curve"] and all(0 <= row["map_50"] <= 1 and row["train_min"] > 0 for row in run["curve"])
     assert result["bar"]["ap50_target"] == 0.5 and "| detr_small |" in result["table"]

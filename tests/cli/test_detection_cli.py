@@ -128,3 +128,35 @@ def test_pictures_script_draws_truth_above_predictions(run_dir, tmp_path):
     width, height = Image.open(out).size
     assert width == height == 2 * 384  # two 64-pixel scenes enlarged to 384, side by side; truth above predictions
     assert not (tmp_path / ".detr_pictures").exists()
+
+
+@pytest.mark.slow
+def test_deformable_detr_trains_evaluates_and_predicts(scenes, tmp_path, capsys):
+    out = tmp_path / "deformable"
+    assert main(["train", "--task", "detection", "--model", "deformable_detr_small", "--data", str(scenes), "--out",
+                 str(out), *TINY]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2] and all(0 <= row["map_50"] <= 1 for row in rows)
+    assert "train_loss_ce_enc" not in rows[-1] and rows[-1]["train_loss"] > 0
+    capsys.readouterr()
+    assert main(["eval", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["num_images"] == 4 and result["num_detections"] == 4 * min(100, 8 * 10)  # top-100 of 8 × 10
+    image = sorted((scenes / "images" / "val").glob("*.png"))[0]
+    assert main(["predict", str(out), str(image), "--threshold", "0.0", "--json"]) == 0
+    detections = json.loads(capsys.readouterr().out)[0]["detections"]
+    assert len(detections) == 80 and detections[0]["score"] >= detections[-1]["score"]
+
+
+@pytest.mark.slow
+def test_backbone_weights_start_detr_from_a_classifier_run(scenes, tmp_path):
+    classifier = tmp_path / "classifier"
+    assert main(["train", "--model", "resnet18_tv_28", "--data-dir", str(MINI), "--allow-partial-data", "--epochs",
+                 "1", "--batch-size", "64", "--out", str(classifier)]) == 0
+    out = tmp_path / "detr"
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(out), "--backbone-weights",
+                 str(classifier), *TINY, "--epochs", "1", "--backbone-lr", "0"]) == 0
+    trained, started = load_file(out / "last.safetensors"), load_file(classifier / "last.safetensors")
+    # the backbone kept the classifier's filters (backbone lr 0), spread over three channels
+    assert (trained["backbone.layer2.0.conv1.weight"] == started["net.layer2.0.conv1.weight"]).all()
+    assert (trained["backbone.conv1.weight"] * 3 - started["net.conv1.weight"]).abs().max() < 1e-5

@@ -22,8 +22,9 @@ def run(args: argparse.Namespace) -> int:
     path = convert(args.src, args.dst, args.model)
     model = load_model(path)
     c = model.config
-    if c.family == "detr":
-        print(f"wrote {path}: DETR with a {c.backbone} backbone, {c.enc_layers} + {c.dec_layers} layers "
+    if c.family in ("detr", "deformable_detr"):
+        name = "DETR" if c.family == "detr" else "Deformable DETR"
+        print(f"wrote {path}: {name} with a {c.backbone} backbone, {c.enc_layers} + {c.dec_layers} layers "
               f"{c.dim} wide, {c.num_heads} heads, {c.num_queries} queries, {c.num_classes} classes, "
               f"{count_parameters(model):,} parameters")
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from ..models.deit import DeiTConfig
+from ..models.deformable_detr import DeformableDETRConfig
 from ..models.detr import DETRConfig
 from ..models.registry import apply_overrides, get_config, list_models
 from ..models.vit import ViTConfig
@@ -16,6 +17,7 @@ from .weights import load_model, load_weights, save_weights
 
 # fields a checkpoint decides even when the user names a model: its head and its resolution
 CHECKPOINT_DECIDES = ("num_classes", "img_size", "in_chans")
+DETECTORS = {"detr": DETRConfig, "deformable_detr": DeformableDETRConfig}
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:
@@ -29,8 +31,9 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
     if info.format == "vitlab" and model_name is None:
         return load_model(path)
     arch = dict(info.architecture)
-    if arch.pop("family", None) == "detr":  # a detector: its config.json or its shapes say everything
-        config = get_config(model_name, **arch) if model_name else DETRConfig(**arch)
+    family = arch.pop("family", None)
+    if family in DETECTORS:  # a detector: its config.json or its shapes say everything
+        config = get_config(model_name, **arch) if model_name else DETECTORS[family](**arch)
         model = config.build()
         model.model_name = model_name
         return load_weights(model, path)

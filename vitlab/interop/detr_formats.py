@@ -34,11 +34,19 @@ HF_LAYER = {"self_attn.out_proj": "self_attn.proj", "self_attn.o_proj": "self_at
 
 
 def is_detr_state(state: dict[str, torch.Tensor]) -> bool:
-    return any(key in state for key in ("query_embed.weight", "model.query_position_embeddings.weight"))
+    """A DETR's or a Deformable DETR's state dict, in any of the layouts."""
+    from .deformable_detr_formats import is_deformable_detr_state
+
+    return is_deformable_detr_state(state) or any(
+        key in state for key in ("query_embed.weight", "model.query_position_embeddings.weight"))
 
 
 def detr_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """An official or Hugging Face DETR state dict (or vitlab's own) in vitlab's key names."""
+    """An official or Hugging Face DETR (or Deformable DETR) state dict, or vitlab's own, in vitlab's key names."""
+    from .deformable_detr_formats import deformable_detr_state, is_deformable_detr_state
+
+    if is_deformable_detr_state(state):
+        return deformable_detr_state(state)
     if "model.query_position_embeddings.weight" in state:
         return _from_huggingface(state)
     if any(key.startswith("backbone.0.body.") for key in state):
@@ -125,7 +133,12 @@ def unused_stages_dropped(state: dict[str, torch.Tensor], last_stage: int) -> di
 
 
 def detr_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The DETRConfig fields a vitlab-layout DETR state dict (and a Hugging Face config.json, if any) determine."""
+    """The DETRConfig fields a vitlab-layout DETR state dict (and a Hugging Face config.json, if any) determine;
+    for a Deformable DETR, its DeformableDETRConfig fields."""
+    if "transformer.level_embed" in state:
+        from .deformable_detr_formats import deformable_detr_architecture
+
+        return deformable_detr_architecture(state, hf_config)
     arch: dict[str, Any] = {"family": "detr"}
     dim = state["query_embed.weight"].shape[1]
     arch.update(dim=dim, num_queries=state["query_embed.weight"].shape[0],

@@ -54,7 +54,7 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
     if is_detr_state(state):
         config = path.parent / "config.json"
         hf_config = json.loads(config.read_text()) if config.is_file() else {}
-        return _from_detr(state, hf_config if hf_config.get("model_type") == "detr" else None)
+        return _from_detr(state, hf_config if hf_config.get("model_type") in DETR_TYPES else None)
     if _looks_like_huggingface(state):
         config = path.parent / "config.json"
         hf_config = json.loads(config.read_text()) if config.is_file() else {}
@@ -77,17 +77,22 @@ def _read_huggingface_folder(folder: Path) -> tuple[dict[str, torch.Tensor], Che
         )
     state, _ = read_state_dict(weights[0])
     hf_config = json.loads(config_path.read_text())
-    if hf_config.get("model_type") == "detr" or is_detr_state(state):
+    if hf_config.get("model_type") in DETR_TYPES or is_detr_state(state):
         return _from_detr(state, hf_config)
     return _from_huggingface(state, hf_config)
 
 
+DETR_TYPES = ("detr", "deformable_detr")  # Hugging Face's model_type of the detectors
+
+
 def _from_detr(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None):
-    """An official DETR (.pth) or a Hugging Face DetrForObjectDetection, in vitlab's DETR names."""
-    source = "huggingface" if "model.query_position_embeddings.weight" in state else "official"
+    """An official DETR or Deformable DETR (.pth), or a Hugging Face DetrForObjectDetection or
+    DeformableDetrForObjectDetection, in vitlab's names."""
+    source = "huggingface" if any(key.startswith("model.") for key in state) else "official"
     state = detr_state(state)
     architecture = detr_architecture(state, hf_config)
-    state = unused_stages_dropped(state, architecture["backbone_last_stage"])
+    last_stage = architecture.get("backbone_last_stage") or max(architecture["backbone_stages"])
+    state = unused_stages_dropped(state, last_stage)
     return state, CheckpointInfo(source, architecture=architecture)
 
 

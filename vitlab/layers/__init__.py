@@ -1,6 +1,7 @@
 """Shared building blocks; every model imports these rather than defining its own."""
 
 from .attention import MultiHeadAttention, explicit_attention
+from .deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn, multi_scale_deformable_attention
 from .blocks import DecoderBlock, EncoderBlock, KVCache, LayerScale, PostNormEncoderBlock, PreNormDecoderBlock
 from .drop import DropPath, drop_path
 from .mlp import Mlp
@@ -9,10 +10,13 @@ from .pos_embed import learned_pos_embed, resample_pos_embed, sincos_1d, sincos_
 
 __all__ = [
     "DecoderBlock",
+    "DeformableDecoderBlock",
+    "DeformableEncoderBlock",
     "DropPath",
     "EncoderBlock",
     "KVCache",
     "LayerScale",
+    "MSDeformAttn",
     "Mlp",
     "MultiHeadAttention",
     "PatchEmbed",
@@ -21,6 +25,7 @@ __all__ = [
     "drop_path",
     "explicit_attention",
     "learned_pos_embed",
+    "multi_scale_deformable_attention",
     "patchify",
     "resample_pos_embed",
     "sincos_1d",

@@ -47,7 +47,7 @@ def sincos_2d(grid_size: tuple[int, int], dim: int, temperature: float = 10000.0
 
 
 def sine_pos_embed_2d(valid: torch.Tensor, dim: int, temperature: float = 10000.0, normalize: bool = True,
-                      scale: float = 2 * math.pi, eps: float = 1e-6) -> torch.Tensor:
+                      scale: float = 2 * math.pi, eps: float = 1e-6, offset: float = 0.0) -> torch.Tensor:
     """DETR's 2-D sine encoding of a feature map's pixels (Carion et al. 2020, §3.2 and appendix A.4).
 
     valid: (B, H, W) bool, True at real pixels and False at padding. Returns (B, H, W, dim): the first dim/2 channels
@@ -55,14 +55,16 @@ def sine_pos_embed_2d(valid: torch.Tensor, dim: int, temperature: float = 10000.
     (channel 2i: sin(p / T^(2i/(dim/2))), channel 2i + 1: cos of the same). A pixel's position p counts the real
     pixels up to it (1-based), so padding does not shift where an image's own pixels are; with `normalize` it is
     divided by the image's own height or width and scaled to (0, scale], the same encoding at any image size.
+    `offset` is added to the positions before that division: Deformable DETR's code uses −0.5, pixel centres.
     """
     if dim % 4:
         raise ValueError(f"the 2-D sine encoding needs a width divisible by 4, got dim={dim}")
     counts = valid.float()
     rows, cols = counts.cumsum(1), counts.cumsum(2)  # (B, H, W): 1-based positions among the real pixels
     if normalize:
-        rows = rows / (rows[:, -1:, :] + eps) * scale  # the last row holds each column's number of real rows
-        cols = cols / (cols[:, :, -1:] + eps) * scale
+        # the last row holds each column's number of real rows
+        rows = (rows + offset) / (rows[:, -1:, :] + eps) * scale
+        cols = (cols + offset) / (cols[:, :, -1:] + eps) * scale
     half = dim // 2
     pair = torch.arange(half, device=valid.device) // 2  # i for channels 2i and 2i + 1
     inv_freq = temperature ** (-2.0 * pair.float() / half)  # (half,)

@@ -84,3 +84,39 @@ def downsample_mask(padding_mask: torch.Tensor, size: tuple[int, int]) -> torch.
     """padding_mask (B, H, W) True at padded pixels -> (B, h, w) at a feature map's size, by nearest neighbour
     (a feature pixel is padding when the image pixel it samples is)."""
     return F.interpolate(padding_mask[None].float(), size=size).to(torch.bool)[0]
+
+
+def classifier_to_backbone_state(state: dict[str, torch.Tensor], backbone: ResNetBackbone) -> dict[str, torch.Tensor]:
+    """A ResNet classifier's state dict as `backbone`'s: the ImageNet start of the paper's recipe, or any ResNet
+    a user trained (torchvision's or timm's `resnet50` file, vitlab's `resnet18_tv_28` run, an official DETR
+    backbone). The keys are found under whatever prefix holds the stem's `conv1.weight` (none, `net.`,
+    `module.`, `backbone.0.body.`); the classifier (`fc`) and the stages past the backbone's last are dropped.
+    A stem of other input channels is summed or spread over the backbone's: a grey classifier's filters, spread
+    over three equal channels, answer a grey image given as RGB the same way."""
+    stems = [key for key in state if key.endswith("conv1.weight") and "layer" not in key]
+    if len(stems) != 1:
+        raise ValueError(f"expected the state dict of one ResNet (one stem conv1.weight outside the layers), found "
+                         f"{len(stems)} stems ({stems[:4]}); give a ResNet classifier's or backbone's weights")
+    prefix = stems[0][: -len("conv1.weight")]
+    target = backbone.state_dict()
+    kept = {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+    kept = {key: value for key, value in kept.items() if key in target or not (
+        key.startswith("fc.") or key.endswith("num_batches_tracked")
+        or key.split(".")[0] in STAGES[len(backbone.stage_names):])}
+    stem, theirs = target["conv1.weight"], kept["conv1.weight"]
+    if theirs.shape[2:] != stem.shape[2:]:
+        raise ValueError(f"the checkpoint's stem is a {theirs.shape[2]}×{theirs.shape[3]} convolution, the "
+                         f"backbone's {stem.shape[2]}×{stem.shape[3]} (torchvision's stem); train the classifier "
+                         f"with that stem (vitlab train --model resnet18_tv_28)")
+    if theirs.shape[1] != stem.shape[1]:
+        if theirs.shape[1] == 1:
+            theirs = theirs.repeat(1, stem.shape[1], 1, 1) / stem.shape[1]
+        elif stem.shape[1] == 1:
+            theirs = theirs.sum(dim=1, keepdim=True)
+        else:
+            raise ValueError(f"cannot map a stem of {theirs.shape[1]} input channels onto one of {stem.shape[1]}")
+        kept["conv1.weight"] = theirs
+    for key, value in target.items():  # timm's files carry no batch counters
+        if key.endswith("num_batches_tracked") and key not in kept:
+            kept[key] = value
+    return kept

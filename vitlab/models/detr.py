@@ -35,12 +35,14 @@ from .registry import register_config, register_model
 
 @dataclass
 class DetectionOutput:
-    """What DETR predicts for a batch: logits (B, N, K + 1), the last column "no object"; pred_boxes (B, N, 4)
-    normalised (cx, cy, w, h) in [0, 1]; aux_outputs: the same for each earlier decoder layer, first layer first."""
+    """What a DETR predicts for a batch: logits (B, N, K + 1), the last column "no object" (Deformable DETR: (B, N,
+    K) sigmoid scores, no such column); pred_boxes (B, N, 4) normalised (cx, cy, w, h) in [0, 1]; aux_outputs: the
+    same for each earlier decoder layer, first layer first; enc_outputs: a two-stage model's proposals."""
 
     logits: torch.Tensor
     pred_boxes: torch.Tensor
     aux_outputs: list[DetectionOutput] = field(default_factory=list)
+    enc_outputs: DetectionOutput | None = None
 
 
 class DetrTransformer(nn.Module):

@@ -74,3 +74,11 @@ def resnet18_28() -> ResNetConfig:
     `create_model("resnet18_28", stem_stride=1)` gives the finer variant.
     """
     return ResNetConfig(depth=18, stem_kernel=3, stem_stride=2, maxpool=True)
+
+
+@register_model
+def resnet18_tv_28() -> ResNetConfig:
+    """resnet18_28 with torchvision's own stem (7×7 stride-2 convolution, then max-pool): the stages run at the
+    same 7, 4, 2, 1 pixels, and its weights fit a detector's torchvision ResNet-18 backbone
+    (`vitlab train --task detection --backbone-weights RUN`)."""
+    return ResNetConfig(depth=18, stem_kernel=7, stem_stride=2, maxpool=True)

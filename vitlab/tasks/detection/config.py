@@ -1,5 +1,6 @@
-"""The options of detection with DETR: the data, the model, the matching costs and the loss weights. The defaults
-are the paper's (costs and weights 1 / 5 / 2, no-object weight 0.1, backbone at a tenth of the lr)."""
+"""The options of detection with DETR and Deformable DETR: the data, the model, the matching costs and the loss
+weights. The defaults are the papers' (costs and weights 1 / 5 / 2, no-object weight 0.1, backbone at a tenth of
+the lr; Deformable DETR's class cost and weight 2, for its focal loss)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ class DetectionConfig:
     data: str | None = option(None, "a COCO-format folder: images/{train,val}/ + annotations/instances_{train,val}"
                               ".json (vitlab make-scenes), or COCO's train2017/ + val2017/", metavar="DIR",
                               default_text="none, give one")
-    model: str = option("detr_small", "a registered detector (vitlab models 'detr*')")
+    model: str = option("detr_small", "a registered detector (vitlab models 'detr*' or 'deformable_detr*')")
     weights: str | None = option(None, "start from these weights: a vitlab file or run, an official DETR .pth, "
                                  "a Hugging Face DetrForObjectDetection folder", metavar="PATH",
                                  default_text="random")
+    backbone_weights: str | None = option(None, "start the backbone from a ResNet classifier's weights (a "
+                                          "torchvision or timm file, a vitlab resnet run); --weights wins",
+                                          metavar="PATH", default_text="random")
     num_queries: int | None = option(None, "object queries", default_text="the model's")
     dropout: float | None = option(None, "dropout in the transformer", default_text="the model's")
     max_size: int | None = option(None, "resize each image so its longer side is this many pixels",
@@ -24,10 +28,13 @@ class DetectionConfig:
     hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip")
     backbone_lr: float = option(1e-5, "learning rate of the CNN backbone (the rest trains at --lr)")
     eos_coef: float = option(0.1, "weight of the no-object class in the cross-entropy")
-    cost_class: float = option(1.0, "matching cost of the class probability")
+    cost_class: float | None = option(None, "matching cost of the class probability",
+                                      default_text="the model's: 1 for DETR, 2 for Deformable DETR")
     cost_bbox: float = option(5.0, "matching cost of the L1 box distance")
     cost_giou: float = option(2.0, "matching cost of the generalised IoU")
-    class_weight: float = option(1.0, "loss weight of the cross-entropy")
+    class_weight: float | None = option(None, "loss weight of the class term (DETR's cross-entropy, Deformable "
+                                        "DETR's focal loss)", default_text="the model's: 1 for DETR, 2 for "
+                                        "Deformable DETR")
     bbox_weight: float = option(5.0, "loss weight of the L1 box loss")
     giou_weight: float = option(2.0, "loss weight of the GIoU loss")
     aux_loss: bool = option(True, "supervise every decoder layer, each with its own matching", flag="--no-aux-loss")
@@ -37,7 +44,8 @@ class DetectionConfig:
         check(self.backbone_lr >= 0, "backbone_lr", ">= 0 (0 freezes the backbone)", self.backbone_lr)
         check(0 < self.eos_coef <= 1, "eos_coef", "in (0, 1]", self.eos_coef)
         for name in ("cost_class", "cost_bbox", "cost_giou", "class_weight", "bbox_weight", "giou_weight"):
-            check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
+            value = getattr(self, name)
+            check(value is None or value >= 0, name, ">= 0", value)
         check(self.num_queries is None or self.num_queries > 0, "num_queries", "positive", self.num_queries)
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
         check(self.max_size is None or self.max_size >= 32, "max_size", ">= 32 pixels", self.max_size)

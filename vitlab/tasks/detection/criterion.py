@@ -9,13 +9,18 @@ so that every object weighs the same whatever image and process it lies in. With
 decoder layer gets the same loss with its own matching (keys `loss_ce_0`, `loss_bbox_0`, …). The class error
 (the share of matched objects whose class is not the arg-max) and the cardinality error (|predicted objects −
 objects| per image) are logged, not trained.
+
+With `focal` (Deformable DETR, Zhu et al. 2021, §A.2) the class term is the sigmoid focal loss (Lin et al. 2017;
+α = 0.25, γ = 2) of every prediction against its matched class one-hot (all zeros when unmatched: there is no
+"no object" column), summed and divided by the number of objects, weighed 2. A two-stage model's proposals
+(`enc_outputs`) get the same loss against class-agnostic targets (every object of class 0), keys `…_enc`.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import box_convert, generalized_box_iou
+from torchvision.ops import box_convert, generalized_box_iou, sigmoid_focal_loss
 
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...models.detr import DetectionOutput
@@ -24,8 +29,10 @@ from .matcher import HungarianMatcher, Match
 
 class SetCriterion:
     def __init__(self, num_classes: int, matcher: HungarianMatcher, eos_coef: float = 0.1, class_weight: float = 1.0,
-                 bbox_weight: float = 5.0, giou_weight: float = 2.0, dist: DistInfo | None = None) -> None:
+                 bbox_weight: float = 5.0, giou_weight: float = 2.0, dist: DistInfo | None = None,
+                 focal: bool = False, focal_alpha: float = 0.25) -> None:
         self.num_classes, self.matcher, self.eos_coef = num_classes, matcher, eos_coef
+        self.focal, self.focal_alpha = focal, focal_alpha
         self.weights = {"loss_ce": class_weight, "loss_bbox": bbox_weight, "loss_giou": giou_weight}
         self.class_weights = torch.ones(num_classes + 1)
         self.class_weights[-1] = eos_coef  # "no object" is most predictions' target: down-weighted (§4)
@@ -50,17 +57,29 @@ class SetCriterion:
             losses.update({name + suffix: value for name, value in terms.items()})
             if not suffix:
                 losses.update(self.logged(layer, targets, matches))
+        if outputs.enc_outputs is not None:  # two-stage proposals: is there an object, whatever its class
+            agnostic = [{**t, "labels": torch.zeros_like(t["labels"])} for t in targets]
+            matches = self.matcher(outputs.enc_outputs.logits, outputs.enc_outputs.pred_boxes, agnostic)
+            terms = self.layer_losses(outputs.enc_outputs, agnostic, matches, num_objects)
+            total = total + sum(self.weights[name] * value for name, value in terms.items())
+            losses.update({name + "_enc": value for name, value in terms.items()})
         losses["loss"] = total
         return losses
 
     def layer_losses(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]], matches: list[Match],
                      num_objects: float) -> dict[str, torch.Tensor]:
-        logits, boxes = outputs.logits, outputs.pred_boxes  # (B, N, K + 1), (B, N, 4)
+        logits, boxes = outputs.logits, outputs.pred_boxes  # (B, N, K + 1) (focal: (B, N, K)), (B, N, 4)
         batch_index, pred_index = self.matched_predictions(matches, logits.device)
-        target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
-        target_classes[batch_index, pred_index] = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, matches)])
-        loss_ce = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
-                                  self.class_weights.to(logits.device))  # weighted mean over the B · N predictions
+        labels = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, matches)]).to(logits.device)
+        if self.focal:
+            one_hot = torch.zeros_like(logits, dtype=torch.float32)
+            one_hot[batch_index, pred_index, labels] = 1.0
+            loss_ce = sigmoid_focal_loss(logits.float(), one_hot, self.focal_alpha, 2.0, "sum") / num_objects
+        else:
+            target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device)
+            target_classes[batch_index, pred_index] = labels
+            loss_ce = F.cross_entropy(logits.transpose(1, 2).float(), target_classes,
+                                      self.class_weights.to(logits.device))  # weighted mean over the B·N predictions
         matched = boxes[batch_index, pred_index].float()  # (ΣM, 4)
         target_boxes = torch.cat([t["boxes"][j] for t, (_, j) in zip(targets, matches)]).float()
         loss_bbox = F.l1_loss(matched, target_boxes, reduction="sum") / num_objects
@@ -80,7 +99,10 @@ class SetCriterion:
             class_error = 100 * (1 - correct)
         else:
             class_error = torch.zeros((), device=logits.device)
-        predicted = (logits.argmax(-1) != self.num_classes).sum(1).float()  # (B,): predictions that are objects
+        if self.focal:  # without a "no object" class, a prediction is an object where a class scores above ½
+            predicted = (logits.max(-1).values > 0).sum(1).float()
+        else:
+            predicted = (logits.argmax(-1) != self.num_classes).sum(1).float()  # (B,): predictions that are objects
         counts = torch.tensor([float(len(t["labels"])) for t in targets], device=logits.device)
         return {"class_error": class_error, "cardinality_error": F.l1_loss(predicted, counts)}
 

@@ -7,6 +7,10 @@ over predictions i and objects j of one image, with p̂ the softmax probabilitie
 (cx, cy, w, h); the class term uses the probability, not its log, as the paper's code does. The optimal
 assignment is found by the Hungarian algorithm (`scipy.optimize.linear_sum_assignment`).
 
+With `focal` (Deformable DETR, trained with the sigmoid focal loss) the class term is the focal loss of calling
+the prediction the object's class minus that of not calling it, with p = sigmoid(logit):
+α (1 − p)^γ (−log p) − (1 − α) p^γ (−log(1 − p)), α = 0.25, γ = 2, and w_class = 2.
+
 Shapes: B images, N predictions per image, K + 1 classes, M_b objects in image b.
 """
 
@@ -20,16 +24,23 @@ Match = tuple[torch.Tensor, torch.Tensor]  # (prediction indices, object indices
 
 
 class HungarianMatcher:
-    def __init__(self, cost_class: float = 1.0, cost_bbox: float = 5.0, cost_giou: float = 2.0) -> None:
+    def __init__(self, cost_class: float = 1.0, cost_bbox: float = 5.0, cost_giou: float = 2.0, focal: bool = False,
+                 alpha: float = 0.25, gamma: float = 2.0) -> None:
         if cost_class == cost_bbox == cost_giou == 0:
             raise ValueError("the matching costs cannot all be 0: nothing would decide which prediction is whose")
         self.cost_class, self.cost_bbox, self.cost_giou = cost_class, cost_bbox, cost_giou
+        self.focal, self.alpha, self.gamma = focal, alpha, gamma
 
     def cost_matrix(self, logits: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor,
                     target_boxes: torch.Tensor) -> torch.Tensor:
-        """logits (P, K + 1), boxes (P, 4), labels (M,), target_boxes (M, 4) cxcywh -> cost (P, M)."""
-        probs = logits.softmax(-1)  # (P, K + 1)
-        class_cost = -probs[:, labels]  # (P, M): the probability each prediction gives each object's class
+        """logits (P, K + 1) (focal: (P, K)), boxes (P, 4), labels (M,), target_boxes (M, 4) cxcywh -> cost (P, M)."""
+        if self.focal:
+            p = logits[:, labels].sigmoid()  # (P, M)
+            positive = self.alpha * (1 - p) ** self.gamma * -(p + 1e-8).log()
+            negative = (1 - self.alpha) * p ** self.gamma * -(1 - p + 1e-8).log()
+            class_cost = positive - negative
+        else:
+            class_cost = -logits.softmax(-1)[:, labels]  # (P, M): the probability given to each object's class
         l1_cost = torch.cdist(boxes, target_boxes, p=1)  # (P, M)
         giou_cost = -generalized_box_iou(box_convert(boxes, "cxcywh", "xyxy"),
                                          box_convert(target_boxes, "cxcywh", "xyxy"))  # (P, M)

@@ -21,6 +21,7 @@ from ...engine.distributed import DistInfo, gather_objects
 from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
+from ...models.backbones import classifier_to_backbone_state
 from ...models.registry import create_model, get_config
 from ..base import Task
 from .coco_eval import coco_metrics
@@ -28,6 +29,15 @@ from .config import DetectionConfig
 from .criterion import SetCriterion
 from .matcher import HungarianMatcher
 from .postprocess import postprocess
+
+
+DETECTORS = ("detr", "deformable_detr")  # the model families this task trains
+
+
+def sigmoid_scores(model: nn.Module) -> bool:
+    """Whether the model scores each class by its own sigmoid (Deformable DETR) rather than a softmax with a
+    no-object class (DETR)."""
+    return getattr(getattr(model, "config", None), "family", "detr") == "deformable_detr"
 
 
 def normalized_targets(targets: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
@@ -51,8 +61,9 @@ class DetectionTask(Task):
     def __init__(self, config: DetectionConfig, loop=None, dist: DistInfo | None = None) -> None:
         if config.data:
             config = dataclasses.replace(config, data=str(Path(config.data).expanduser().resolve()))
-        if config.weights:
-            config = dataclasses.replace(config, weights=str(Path(config.weights).expanduser().resolve()))
+        for key in ("weights", "backbone_weights"):
+            if getattr(config, key):
+                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
         super().__init__(config, loop, dist)
 
     @classmethod
@@ -105,18 +116,29 @@ class DetectionTask(Task):
     # -- model and loss ------------------------------------------------------------------------------------------
     def build_model(self, num_classes: int | None = None) -> nn.Module:
         c = self.config
-        if get_config(c.model).family != "detr":
-            raise OptionError("model", f"must be a detector (vitlab models 'detr*'), got {c.model!r}")
+        family = get_config(c.model).family
+        if family not in DETECTORS:
+            raise OptionError("model", f"must be a detector (vitlab models 'detr*' or 'deformable_detr*'), got "
+                              f"{c.model!r}")
         overrides = {key: getattr(c, key) for key in ("num_queries", "dropout") if getattr(c, key) is not None}
         classes = num_classes or self.train_set.num_classes
         model = create_model(c.model, num_classes=classes, aux_loss=c.aux_loss, **overrides)
-        if c.weights:
-            from ...interop.weights import load_weights
+        if c.weights or c.backbone_weights:
+            from ...interop.weights import load_weights, read_state_dict
             from ..classification.task import weights_file
 
-            load_weights(model, weights_file(c.weights))
-        self.criterion = SetCriterion(classes, HungarianMatcher(c.cost_class, c.cost_bbox, c.cost_giou), c.eos_coef,
-                                      c.class_weight, c.bbox_weight, c.giou_weight, dist=self.dist)
+            if c.weights:
+                load_weights(model, weights_file(c.weights))
+            else:
+                classifier = read_state_dict(weights_file(c.backbone_weights))[0]
+                load_weights(model.backbone, classifier_to_backbone_state(classifier, model.backbone))
+        focal = family == "deformable_detr"  # sigmoid scores and the focal loss, and their class cost and weight 2
+        default_class = 2.0 if focal else 1.0
+        cost_class = default_class if c.cost_class is None else c.cost_class
+        class_weight = default_class if c.class_weight is None else c.class_weight
+        self.criterion = SetCriterion(classes, HungarianMatcher(cost_class, c.cost_bbox, c.cost_giou, focal=focal),
+                                      c.eos_coef, class_weight, c.bbox_weight, c.giou_weight, dist=self.dist,
+                                      focal=focal)
         return model
 
     def lr_scales(self) -> dict[str, float]:
@@ -127,8 +149,9 @@ class DetectionTask(Task):
         images, padding_mask, targets = batch
         outputs = model(images, padding_mask)
         losses = self.criterion(outputs, normalized_targets(targets))
-        # the total, the final layer's terms and the logged errors; the auxiliary terms are in the total only
-        return {key: value for key, value in losses.items() if not key[-1].isdigit()}
+        # the total, the final layer's terms and the logged errors; the auxiliary and proposal terms are in the
+        # total only
+        return {key: value for key, value in losses.items() if not key[-1].isdigit() and not key.endswith("_enc")}
 
     def num_samples(self, batch) -> int:
         return len(batch[0])
@@ -145,7 +168,7 @@ class DetectionTask(Task):
         for images, padding_mask, targets in loader:
             outputs = model(images.to(device), padding_mask.to(device))
             sizes = torch.stack([t["orig_size"] for t in targets])
-            for target, found in zip(targets, postprocess(outputs, sizes)):
+            for target, found in zip(targets, postprocess(outputs, sizes, sigmoid=sigmoid_scores(model))):
                 xywh = box_convert(found["boxes"], "xyxy", "xywh").cpu().tolist()
                 for box, score, label in zip(xywh, found["scores"].tolist(), found["labels"].tolist()):
                     detections.append({"image_id": target["image_id"], "category_id": label_to_category[label],

@@ -1,0 +1,108 @@
+"""Deformable DETR against DETR on the scenes: COCO AP on val against epochs and against training time, the same
+data, recipe and budget.
+
+    python benchmarks/deformable_detr_scenes.py                         # both, 16 epochs each
+    python benchmarks/deformable_detr_scenes.py --models deformable_detr_small --epochs 8
+
+Both are full `vitlab train --task detection` runs from random weights with detr_scenes.py's recipe for
+detr_small (batch 4, lr 2e-4 for the backbone too, no dropout, cosine over the epochs), evaluated after every
+epoch; a model's earlier result is kept when only the other is rerun. The bar: deformable_detr_small reaches
+detr_small's final AP50 in at most a third of detr_small's epochs (the paper: a tenth, on COCO, from ImageNet
+weights). Writes benchmarks/results/deformable_detr_scenes.json and .png and prints a markdown table. Run one
+benchmark at a time: the machine has 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from benchmarks.detr_scenes import ensure_scenes, run_detr
+
+RESULTS = Path(__file__).parent / "results"
+MODELS = ("detr_small", "deformable_detr_small")
+
+
+def bar(results: dict[str, dict]) -> dict | None:
+    """Whether deformable_detr_small reached detr_small's final AP50 within a third of detr_small's epochs."""
+    if not all(model in results for model in MODELS):
+        return None
+    detr = results["detr_small"]["curve"]
+    target, allowed = detr[-1]["map_50"], detr[-1]["epoch"] / 3
+    reached = [row for row in results["deformable_detr_small"]["curve"] if row["map_50"] >= target]
+    return {"detr_final_ap50": target, "detr_epochs": detr[-1]["epoch"], "allowed_epochs": allowed,
+            "reached_at_epoch": reached[0]["epoch"] if reached else None,
+            "met": bool(reached) and reached[0]["epoch"] <= allowed}
+
+
+def markdown(results: dict[str, dict]) -> str:
+    lines = ["| model | epochs | training min | images/s | AP50 after each epoch | final AP | final AR@100 |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for model, result in results.items():
+        curve = result["curve"]
+        ap50 = ", ".join(f"{row['map_50']:.3f}" for row in curve)
+        lines.append(f"| {model} | {curve[-1]['epoch']} | {curve[-1]['train_min']:.0f} | "
+                     f"{result['images_per_s']:.1f} | {ap50} | "
+                     f"{curve[-1]['map']:.3f} | {curve[-1]['mar_100']:.3f} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for model, result in results.items():
+        curve = result["curve"]
+        axes[0].plot([row["epoch"] for row in curve], [row["map_50"] for row in curve], marker="o", ms=3,
+                     label=model)
+        axes[1].plot([row["train_min"] for row in curve], [row["map_50"] for row in curve], marker="o", ms=3,
+                     label=model)
+    for ax, x in zip(axes, ("epochs", "training time (min, 2 CPU cores)")):
+        ax.set_xlabel(x)
+        ax.set_ylabel("scenes val AP50")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("Deformable DETR and DETR on vitlab make-scenes, from random weights")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--data", default="data/scenes", help="the scenes folder (made there if missing)")
+    parser.add_argument("--epochs", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=2e-4, help="lr, backbone included")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch")
+    parser.add_argument("--out", default=str(RESULTS / "deformable_detr_scenes.json"))
+    args = parser.parse_args(argv)
+    data = ensure_scenes(Path(args.data), args.quick)
+    out = Path(args.out)
+    results: dict[str, dict] = json.loads(out.read_text())["results"] if out.is_file() else {}
+    options = {"batch_size": args.batch_size, "lr": args.lr, "backbone_lr": args.lr, "dropout": 0.0}
+    if args.quick:
+        options.update(eval_batch_size=8, num_queries=8)
+    for model in args.models:
+        results[model] = run_detr(data, 1 if args.quick else args.epochs, options, None, model=model)
+    results = {model: results[model] for model in MODELS if model in results}
+    from benchmarks.harness import machine
+
+    table = markdown(results)
+    print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "data": str(data), "bar": bar(results), "results": results,
+                               "table": table}, indent=2) + "\n")
+    plot(results, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

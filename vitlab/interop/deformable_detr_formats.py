@@ -1,0 +1,177 @@
+"""Deformable DETR checkpoints people have, mapped to vitlab's key names (models/deformable_detr.py).
+
+    vitlab            backbone.{conv1,bn1,layer1…4}, input_proj.{l}.{0,1}, query_embed, transformer.level_embed,
+                      transformer.encoder.{i}.{self_attn.*, norm1, mlp.fc1, mlp.fc2, norm2},
+                      transformer.decoder.{i}.{self_attn.qkv, self_attn.proj, norm1, cross_attn.*, norm2, mlp, norm3},
+                      transformer.{reference_points | enc_output, enc_output_norm, pos_trans, pos_trans_norm},
+                      class_embed + bbox_embed.layers.* (one shared pair), or class_embed.{i} + bbox_embed.{i}
+                      (with_box_refine: one pair per decoder layer, plus the proposals' when two-stage)
+    official (.pth)   {"model": …}, backbone.0.body.*, transformer.encoder.layers.{i}.{self_attn, norm1, linear1,
+                      linear2, norm2}, transformer.decoder.layers.{i}.{cross_attn, norm1 (after it), self_attn
+                      .in_proj_weight / out_proj, norm2 (after it), linear1, linear2, norm3}, class_embed.{i} and
+                      bbox_embed.{i} for every layer even when shared, transformer.decoder.{class,bbox}_embed
+                      (the refining heads again)
+    Hugging Face      model.backbone.conv_encoder.model.* (transformers 4 on disk) or model.backbone.model.*
+                      (transformers 5 in memory), model.input_proj, model.level_embed,
+                      model.query_position_embeddings, model.encoder.layers.{i}.{self_attn, self_attn_layer_norm,
+                      fc1 | mlp.fc1, fc2 | mlp.fc2, final_layer_norm}, model.decoder.layers.{i}.{self_attn.{q,k,v}_proj,
+                      out_proj | o_proj, self_attn_layer_norm, encoder_attn, encoder_attn_layer_norm, …},
+                      model.reference_points, class_embed.{i}, bbox_embed.{i}, model.decoder.{class,bbox}_embed
+
+A file may hold one copy of heads its model shares (safetensors keeps one name per shared tensor, and
+transformers ties the refining class heads): missing heads are filled from the first one present.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from .detr_formats import HF_LAYER, hf_backbone_key
+
+
+def is_deformable_detr_state(state: dict[str, torch.Tensor]) -> bool:
+    return "transformer.level_embed" in state or "model.level_embed" in state
+
+
+def deformable_detr_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An official or Hugging Face Deformable DETR state dict (or vitlab's own) in vitlab's key names."""
+    if "model.level_embed" in state:
+        out, refine = _from_huggingface(state), any(k.startswith("model.decoder.bbox_embed.") for k in state)
+    elif any(key.startswith("backbone.0.body.") for key in state):
+        out, refine = _from_official(state), any(k.startswith("transformer.decoder.bbox_embed.") for k in state)
+    else:
+        return dict(state)
+    return _heads(out, refine)
+
+
+def _from_official(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    swapped_norms = {"norm1": "norm2", "norm2": "norm1"}  # its decoder's norm1 follows cross-attention
+    for key, value in state.items():
+        if key.startswith("backbone.0.body."):
+            out["backbone." + key.removeprefix("backbone.0.body.")] = value
+        elif match := re.match(r"transformer\.(encoder|decoder)\.layers\.(\d+)\.(.+)$", key):
+            side, i, rest = match.groups()
+            rest = rest.replace("linear1", "mlp.fc1").replace("linear2", "mlp.fc2")
+            if side == "decoder":
+                rest = (rest.replace("self_attn.in_proj_weight", "self_attn.qkv.weight")
+                        .replace("self_attn.in_proj_bias", "self_attn.qkv.bias")
+                        .replace("self_attn.out_proj", "self_attn.proj"))
+                first, _, leaf = rest.partition(".")
+                rest = f"{swapped_norms.get(first, first)}.{leaf}"
+            out[f"transformer.{side}.{i}.{rest}"] = value
+        elif key.startswith(("transformer.decoder.bbox_embed.", "transformer.decoder.class_embed.")):
+            continue  # the detector's own heads, seen again by the decoder
+        else:  # input_proj, query_embed, class_embed, bbox_embed, transformer.level_embed, reference_points, …
+            out[key] = value
+    return out
+
+
+def _from_huggingface(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    qkv: dict[str, dict[str, torch.Tensor]] = {}
+    top = {"model.level_embed": "transformer.level_embed", "model.query_position_embeddings.weight":
+           "query_embed.weight"}
+    for key, value in state.items():
+        if key.startswith(("model.backbone.conv_encoder.model.", "model.backbone.model.")):
+            rest = key.removeprefix("model.backbone.conv_encoder.model.").removeprefix("model.backbone.model.")
+            if not rest.endswith("num_batches_tracked"):
+                out["backbone." + hf_backbone_key(rest)] = value
+        elif key in top:
+            out[top[key]] = value
+        elif match := re.match(r"model\.(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)$", key):
+            side, i, stem, kind = match.groups()
+            prefix = f"transformer.{side}.{i}"
+            if attention := re.match(r"self_attn\.([qkv])_proj$", stem):
+                qkv.setdefault(f"{prefix}.self_attn.qkv.{kind}", {})[attention[1]] = value
+                continue
+            if match := re.match(r"(self_attn|encoder_attn)\.(sampling_offsets|attention_weights|value_proj|"
+                                 r"output_proj)$", stem):
+                deformable = "self_attn" if side == "encoder" else "cross_attn"
+                out[f"{prefix}.{deformable}.{match[2]}.{kind}"] = value
+                continue
+            norms = {"encoder": {"final_layer_norm": "norm2"},
+                     "decoder": {"encoder_attn_layer_norm": "norm2", "final_layer_norm": "norm3"}}[side]
+            out[f"{prefix}.{norms.get(stem) or HF_LAYER[stem]}.{kind}"] = value
+        elif key.startswith("model.input_proj."):
+            out[key.removeprefix("model.")] = value
+        elif key.startswith(("model.reference_points.", "model.enc_output", "model.pos_trans")):
+            out["transformer." + key.removeprefix("model.")] = value
+        elif key.startswith(("class_embed.", "bbox_embed.")):
+            out[key] = value
+    for key, value in state.items():  # the decoder's copy of the refining heads, where a file kept only that one
+        if key.startswith(("model.decoder.class_embed.", "model.decoder.bbox_embed.")):
+            out.setdefault(key.removeprefix("model.decoder."), value)
+    for name, parts in qkv.items():
+        out[name] = torch.cat([parts["q"], parts["k"], parts["v"]])
+    return out
+
+
+def _heads(state: dict[str, torch.Tensor], refine: bool) -> dict[str, torch.Tensor]:
+    """class_embed.{i} / bbox_embed.{i}.* as vitlab keeps them: one per layer with refinement (missing ones
+    filled from the first present, the same shared tensor), else the single shared pair."""
+    heads: dict[str, dict[int, dict[str, torch.Tensor]]] = {"class_embed": {}, "bbox_embed": {}}
+    out = {}
+    for key, value in state.items():
+        if match := re.match(r"(class_embed|bbox_embed)\.(\d+)\.(.+)$", key):
+            heads[match[1]].setdefault(int(match[2]), {})[match[3]] = value
+        else:
+            out[key] = value
+    layers = 1 + max((int(k.split(".")[2]) for k in out if k.startswith("transformer.decoder.")), default=-1)
+    count = layers + (1 if "transformer.enc_output.weight" in out else 0)
+    for name, found in heads.items():
+        if not found:
+            continue
+        first = found[min(found)]
+        if not refine:
+            out.update({f"{name}.{leaf}": value for leaf, value in first.items()})
+            continue
+        for i in range(count):
+            out.update({f"{name}.{i}.{leaf}": value for leaf, value in found.get(i, first).items()})
+    return out
+
+
+def deformable_detr_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None = None
+                                 ) -> dict[str, Any]:
+    """The DeformableDETRConfig fields a vitlab-layout state dict (and a Hugging Face config.json) determine."""
+    levels, dim = state["transformer.level_embed"].shape
+    refine = "class_embed.0.weight" in state
+    two_stage = "transformer.enc_output.weight" in state
+    arch: dict[str, Any] = {
+        "family": "deformable_detr", "dim": dim, "num_levels": levels, "with_box_refine": refine,
+        "two_stage": two_stage, "in_chans": state["backbone.conv1.weight"].shape[1],
+        "num_classes": state["class_embed.0.weight" if refine else "class_embed.weight"].shape[0],
+        "enc_layers": len({k.split(".")[2] for k in state if k.startswith("transformer.encoder.")}),
+        "dec_layers": len({k.split(".")[2] for k in state if k.startswith("transformer.decoder.")}),
+        "ffn_dim": state["transformer.encoder.0.mlp.fc1.weight"].shape[0],
+        "frozen_bn": "backbone.bn1.num_batches_tracked" not in state}
+    if not two_stage:
+        arch["num_queries"] = state["query_embed.weight"].shape[0]
+    bottleneck = "backbone.layer1.0.conv3.weight" in state
+    widths = (256, 512, 1024, 2048) if bottleneck else (64, 128, 256, 512)
+    projections = sorted({int(k.split(".")[1]) for k in state if k.startswith("input_proj.")})
+    stages = tuple(widths.index(state[f"input_proj.{p}.0.weight"].shape[1]) + 1 for p in projections
+                   if state[f"input_proj.{p}.0.weight"].shape[-1] == 1)  # the 1×1 ones read the backbone
+    arch["backbone_stages"] = stages
+    blocks = {s: len({k.split(".")[2] for k in state if k.startswith(f"backbone.layer{s}.")}) for s in range(1, 5)}
+    if bottleneck:
+        arch["backbone"] = "resnet101" if blocks[3] == 23 else "resnet50"
+    else:
+        arch["backbone"] = "resnet18" if blocks[1] == 2 else "resnet34"
+    heads, points = 8, 4  # the paper's; a state dict's shapes give only heads × levels × points
+    if hf_config:
+        heads = hf_config.get("encoder_attention_heads", heads)
+        arch.update(dropout=hf_config.get("dropout", 0.1), enc_points=hf_config.get("encoder_n_points", points),
+                    dec_points=hf_config.get("decoder_n_points", points))
+        if two_stage:
+            arch["num_queries"] = hf_config.get("two_stage_num_proposals", 300)
+    else:
+        offsets = state["transformer.encoder.0.self_attn.attention_weights.weight"].shape[0]
+        arch["enc_points"] = offsets // (heads * levels)
+        arch["dec_points"] = state["transformer.decoder.0.cross_attn.attention_weights.weight"].shape[0] // (
+            heads * levels)
+    arch["num_heads"] = heads
+    return arch

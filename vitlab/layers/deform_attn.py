@@ -1,0 +1,216 @@
+"""Multi-scale deformable attention (Zhu et al. 2021, Deformable DETR, §4.1, eq. 3), in plain PyTorch.
+
+Each query attends to P sampled points on each of L feature maps, around its reference point, instead of to every
+pixel: for head m,
+
+    out_m(q) = Σ_l Σ_p A_mlqp · V_m^l(φ_l(p̂_q) + Δp_mlqp)
+
+where the offsets Δp and the weights A (a softmax over the L·P points together) are linear functions of the
+query, and V^l(x) reads the value map of level l at a fractional location by bilinear interpolation.
+
+The official code and transformers' fallback read V^l with one `grid_sample` call per level, then stack and
+weight the samples. Here the whole sum is one weighted lookup into the flattened values of all levels: each
+sample point is four corner pixels with bilinear weights, each corner is a row of the (B·S·heads, head_dim)
+value table (no copy of the values: (B, S, heads, head_dim) is already that table), and
+`F.embedding_bag(mode="sum", per_sample_weights=A·bilinear)` sums a query's L·P·4 weighted rows without ever
+materialising the samples. Corners outside their map get weight 0, which is `grid_sample`'s zero padding with
+`align_corners=False`. Under ONNX export the same sum is written as a gather and a weighted reduction, which every
+runtime has.
+
+Shapes: value (B, S, heads, head_dim) with S = Σ_l H_l·W_l (levels flattened row-major, finest first),
+spatial_shapes (L, 2) as (H_l, W_l), sampling_locations (B, Q, heads, L, P, 2) as (x, y) in [0, 1] of each map,
+attention_weights (B, Q, heads, L, P) -> (B, Q, heads·head_dim).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .mlp import Mlp
+
+# the four corners around a sampling point, as (dx, dy) from its top-left one
+_CORNERS = ((0, 0), (1, 0), (0, 1), (1, 1))
+
+
+def level_start_index(spatial_shapes: torch.Tensor) -> torch.Tensor:
+    """(L, 2) shapes -> (L,) offset of each level's first pixel in the flattened sequence."""
+    sizes = spatial_shapes[:, 0] * spatial_shapes[:, 1]
+    return torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
+
+
+def _corner_rows_and_weights(value_shape: tuple[int, ...], spatial_shapes: torch.Tensor,
+                             sampling_locations: torch.Tensor,
+                             attention_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each query and head, the rows of the (B·S·heads, head_dim) value table its samples read and the weight
+    of each: (B·Q·heads, L·P·4) both."""
+    batch, length, heads, _ = value_shape
+    _, queries, _, levels, points, _ = sampling_locations.shape
+    shapes = spatial_shapes.to(sampling_locations.device)
+    width_height = shapes.flip(-1).to(sampling_locations.dtype)  # (L, 2) as (W, H), like the locations' (x, y)
+    pixel = sampling_locations * width_height[:, None, :] - 0.5  # align_corners=False: pixel centres at +0.5
+    top_left = pixel.floor()
+    fraction = pixel - top_left  # (B, Q, heads, L, P, 2)
+    corners = top_left.new_tensor(_CORNERS)  # (4, 2)
+    corner_xy = top_left[..., None, :] + corners  # (B, Q, heads, L, P, 4, 2)
+    # bilinear weight of a corner: (1 - f) on the near side, f on the far side, per axis
+    along_axes = torch.where(corners.bool(), fraction[..., None, :], 1 - fraction[..., None, :])
+    inside = ((corner_xy >= 0) & (corner_xy < width_height[:, None, None, :])).all(-1)
+    weights = attention_weights[..., None] * along_axes.prod(-1) * inside  # (B, Q, heads, L, P, 4)
+    x, y = corner_xy.long().unbind(-1)
+    x = x.clamp(min=0).minimum(shapes[:, 1, None, None] - 1)  # weight 0 already; any row in its level will do
+    y = y.clamp(min=0).minimum(shapes[:, 0, None, None] - 1)
+    pixel_index = level_start_index(shapes)[:, None, None] + y * shapes[:, 1, None, None] + x  # in 0 … S-1
+    image = torch.arange(batch, device=pixel.device).view(batch, 1, 1, 1, 1, 1)
+    head = torch.arange(heads, device=pixel.device).view(1, 1, heads, 1, 1, 1)
+    rows = (image * length + pixel_index) * heads + head  # row of value.reshape(B·S·heads, head_dim)
+    samples = levels * points * len(_CORNERS)
+    return rows.reshape(batch * queries * heads, samples), weights.reshape(batch * queries * heads, samples)
+
+
+def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.Tensor,
+                                     sampling_locations: torch.Tensor,
+                                     attention_weights: torch.Tensor) -> torch.Tensor:
+    """Σ over levels and points of the attention weight times the bilinearly sampled value, per head.
+
+    value (B, S, heads, head_dim); spatial_shapes (L, 2) as (H, W); sampling_locations (B, Q, heads, L, P, 2) in
+    [0, 1]; attention_weights (B, Q, heads, L, P) -> (B, Q, heads·head_dim).
+    """
+    batch, length, heads, head_dim = value.shape
+    queries = sampling_locations.shape[1]
+    if sampling_locations.shape[-1] != 2 or sampling_locations.shape[:3] != (batch, queries, heads):
+        raise ValueError(f"sampling_locations must be (B={batch}, Q, heads={heads}, L, P, 2), got "
+                         f"{tuple(sampling_locations.shape)}")
+    if attention_weights.shape != sampling_locations.shape[:-1]:
+        raise ValueError(f"attention_weights must be {tuple(sampling_locations.shape[:-1])} (one per sampling "
+                         f"point), got {tuple(attention_weights.shape)}")
+    if not torch.jit.is_tracing() and not torch.compiler.is_compiling() and \
+            int((spatial_shapes[:, 0] * spatial_shapes[:, 1]).sum()) != length:
+        raise ValueError(f"the levels {spatial_shapes.tolist()} hold {int(spatial_shapes.prod(-1).sum())} pixels, "
+                         f"but value has S={length}")
+    rows, weights = _corner_rows_and_weights(value.shape, spatial_shapes, sampling_locations, attention_weights)
+    table = value.reshape(batch * length * heads, head_dim)
+    if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+        out = (table[rows] * weights[..., None].to(table.dtype)).sum(1)  # (B·Q·heads, head_dim)
+    else:
+        out = F.embedding_bag(rows, table, mode="sum", per_sample_weights=weights.to(table.dtype))
+    return out.view(batch, queries, heads * head_dim)
+
+
+class MSDeformAttn(nn.Module):
+    """Multi-scale deformable attention with its projections: queries predict where (offsets) and how much
+    (weights) to look on each level around their reference points.
+
+    dim: model width; n_levels: feature maps; n_heads: heads (dim divisible by it); n_points: samples per head
+    and level. Parameter names are the official code's (sampling_offsets, attention_weights, value_proj,
+    output_proj), which are also transformers'.
+    """
+
+    def __init__(self, dim: int = 256, n_levels: int = 4, n_heads: int = 8, n_points: int = 4) -> None:
+        super().__init__()
+        if dim % n_heads:
+            raise ValueError(f"dim ({dim}) must be divisible by n_heads ({n_heads})")
+        self.dim, self.n_levels, self.n_heads, self.n_points = dim, n_levels, n_heads, n_points
+        self.sampling_offsets = nn.Linear(dim, n_heads * n_levels * n_points * 2)
+        self.attention_weights = nn.Linear(dim, n_heads * n_levels * n_points)
+        self.value_proj = nn.Linear(dim, dim)
+        self.output_proj = nn.Linear(dim, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The paper's start: head m's points lie along direction 2πm/heads, point p at p+1 pixels of its level
+        (a ring of directions, each a line of points), with uniform attention over them."""
+        nn.init.zeros_(self.sampling_offsets.weight)
+        angles = torch.arange(self.n_heads, dtype=torch.float32) * (2 * math.pi / self.n_heads)
+        directions = torch.stack([angles.cos(), angles.sin()], -1)
+        directions = directions / directions.abs().max(-1, keepdim=True).values  # onto the unit square's edge
+        steps = torch.arange(1, self.n_points + 1, dtype=torch.float32)
+        grid = directions[:, None, None, :] * steps[None, None, :, None]  # (heads, 1, P, 2)
+        with torch.no_grad():
+            self.sampling_offsets.bias.copy_(grid.expand(-1, self.n_levels, -1, -1).reshape(-1))
+        nn.init.zeros_(self.attention_weights.weight)
+        nn.init.zeros_(self.attention_weights.bias)
+        for projection in (self.value_proj, self.output_proj):
+            nn.init.xavier_uniform_(projection.weight)
+            nn.init.zeros_(projection.bias)
+
+    def forward(self, query: torch.Tensor, reference_points: torch.Tensor, value: torch.Tensor,
+                spatial_shapes: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """query (B, Q, dim) with its position already added; reference_points (B, Q, L, 2) as (x, y) or
+        (B, Q, L, 4) as boxes (cx, cy, w, h), in [0, 1] of each level's valid area; value (B, S, dim) the
+        flattened maps; spatial_shapes (L, 2); padding_mask (B, S) True at padding -> (B, Q, dim)."""
+        batch, queries, _ = query.shape
+        heads, levels, points = self.n_heads, self.n_levels, self.n_points
+        value = self.value_proj(value)
+        if padding_mask is not None:
+            value = value.masked_fill(padding_mask[..., None], 0.0)
+        value = value.view(batch, value.shape[1], heads, self.dim // heads)
+        offsets = self.sampling_offsets(query).view(batch, queries, heads, levels, points, 2)
+        weights = self.attention_weights(query).view(batch, queries, heads, levels * points).softmax(-1)
+        weights = weights.view(batch, queries, heads, levels, points)
+        if reference_points.shape[-1] == 2:  # offsets in pixels of each level
+            width_height = spatial_shapes.flip(-1).to(offsets.dtype)
+            locations = reference_points[:, :, None, :, None, :] + offsets / width_height[None, None, None, :, None]
+        elif reference_points.shape[-1] == 4:  # offsets in fractions of the box's half-size, P points spread out
+            centre, size = reference_points[:, :, None, :, None, :2], reference_points[:, :, None, :, None, 2:]
+            locations = centre + offsets / points * size * 0.5
+        else:
+            raise ValueError(f"reference_points must end in 2 (points) or 4 (boxes), got "
+                             f"{tuple(reference_points.shape)}")
+        return self.output_proj(multi_scale_deformable_attention(value, spatial_shapes, locations, weights))
+
+
+class DeformableEncoderBlock(nn.Module):
+    """Deformable DETR's encoder layer, post-norm: each pixel of every level attends to sampled points of all the
+    levels around itself, then an FFN.
+
+    x = LN(x + MSDeformAttn(x + pos, ref, x)); x = LN(x + FFN(x)). x, pos (B, S, D); ref (B, S, L, 2).
+    """
+
+    def __init__(self, dim: int = 256, ffn_dim: int = 1024, dropout: float = 0.1, n_levels: int = 4,
+                 n_heads: int = 8, n_points: int = 4) -> None:
+        super().__init__()
+        self.self_attn = MSDeformAttn(dim, n_levels, n_heads, n_points)
+        self.drop1 = nn.Dropout(dropout)
+        self.norm1 = nn.LayerNorm(dim)
+        self.mlp = Mlp(dim, ffn_dim, act_layer=nn.ReLU, drop=dropout)
+        self.norm2 = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, reference_points: torch.Tensor,
+                spatial_shapes: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm1(x + self.drop1(self.self_attn(x + pos, reference_points, x, spatial_shapes, padding_mask)))
+        return self.norm2(x + self.mlp(x))
+
+
+class DeformableDecoderBlock(nn.Module):
+    """Deformable DETR's decoder layer, post-norm: the object queries attend to each other as in DETR, then to
+    sampled points of the encoder's maps around their reference points, then an FFN.
+
+    x = LN(x + SelfAttn(x + q_pos, x + q_pos, x)); x = LN(x + MSDeformAttn(x + q_pos, ref, memory));
+    x = LN(x + FFN(x)). x, q_pos (B, N, D); ref (B, N, L, 2 or 4); memory (B, S, D).
+    """
+
+    def __init__(self, dim: int = 256, ffn_dim: int = 1024, dropout: float = 0.1, n_levels: int = 4,
+                 n_heads: int = 8, n_points: int = 4) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(dim, n_heads, qkv_bias=True, attn_drop=dropout, proj_drop=0.0)
+        self.drop1 = nn.Dropout(dropout)
+        self.norm1 = nn.LayerNorm(dim)
+        self.cross_attn = MSDeformAttn(dim, n_levels, n_heads, n_points)
+        self.drop2 = nn.Dropout(dropout)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = Mlp(dim, ffn_dim, act_layer=nn.ReLU, drop=dropout)
+        self.norm3 = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor, query_pos: torch.Tensor, reference_points: torch.Tensor,
+                memory: torch.Tensor, spatial_shapes: torch.Tensor,
+                memory_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        qk = x + query_pos
+        x = self.norm1(x + self.drop1(self.self_attn(qk, qk, x)))
+        x = self.norm2(x + self.drop2(self.cross_attn(x + query_pos, reference_points, memory, spatial_shapes,
+                                                      memory_padding_mask)))
+        return self.norm3(x + self.mlp(x))
