@@ -15,11 +15,15 @@ benchmarks/results/deform_attn_speed.json and .md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import sys
 from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 RESULTS = Path(__file__).parent / "results"
 HEADS, HEAD_DIM, POINTS = 8, 32, 4
 
@@ -64,7 +68,8 @@ def compare(name: str, batch: int, size: int, queries: int | None, rounds: int, 
     rows = []
     for mode, backward in (("forward", False), ("forward + backward", True)):
         with torch.set_grad_enabled(backward):
-            timing = interleaved(lambda: ours(backward), lambda: theirs(backward), rounds, calls)
+            timing = interleaved(functools.partial(ours, backward), functools.partial(theirs, backward), rounds,
+                                 calls)
         rows.append({"shape": name, "mode": mode, "batch": batch, "queries": locations.shape[1],
                      "values": value.shape[1], "vitlab_ms": 1000 * timing["mine_s"],
                      "hf_ms": 1000 * timing["theirs_s"], "speedup_median": timing["speedup_median"],

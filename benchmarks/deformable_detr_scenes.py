@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from benchmarks.detr_scenes import ensure_scenes, run_detr
-
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("detr_small", "deformable_detr_small")
 
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch")
     parser.add_argument("--out", default=str(RESULTS / "deformable_detr_scenes.json"))
     args = parser.parse_args(argv)
+    from benchmarks.detr_scenes import ensure_scenes, run_detr
+
     data = ensure_scenes(Path(args.data), args.quick)
     out = Path(args.out)
     results: dict[str, dict] = json.loads(out.read_text())["results"] if out.is_file() else {}

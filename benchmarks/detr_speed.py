@@ -21,11 +21,14 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 RESULTS = Path(__file__).parent / "results"
 
 CONFIGS = {

@@ -101,7 +101,7 @@ def test_bad_shapes_are_explained():
         multi_scale_deformable_attention(value[:, :-1], shapes, locations, weights)
     with pytest.raises(ValueError, match="one per sampling point"):
         multi_scale_deformable_attention(value, shapes, locations, weights[..., :-1])
-    with pytest.raises(ValueError, match="end in 2 .* or 4"):
+    with pytest.raises(ValueError, match=r"end in 2 .* or 4"):
         MSDeformAttn(8, 3, 2, 3)(torch.zeros(1, 2, 8), torch.zeros(1, 2, 3, 3), torch.zeros(1, 41, 8), shapes)
 
 

@@ -62,7 +62,7 @@ def test_an_official_detr_backbone_and_a_timm_file_without_batch_counters(tmp_pa
 
 def test_a_stem_of_another_kernel_is_explained():
     backbone = ResNetBackbone("resnet18", last_stage=3, frozen_bn=False, frozen_stages=0)
-    with pytest.raises(ValueError, match="3×3 convolution.*resnet18_tv_28"):
+    with pytest.raises(ValueError, match=r"3×3 convolution.*resnet18_tv_28"):
         classifier_to_backbone_state(create_model("resnet18_28").state_dict(), backbone)
     with pytest.raises(ValueError, match="one ResNet"):
         classifier_to_backbone_state({"head.weight": torch.zeros(2, 2)}, backbone)

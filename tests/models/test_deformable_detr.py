@@ -62,15 +62,25 @@ def test_huggingface_folder_gives_the_same_outputs(tmp_path, variant):
         torch.testing.assert_close(again(images, mask).logits, mine.logits, atol=1e-5, rtol=1e-5)
 
 
-def test_a_padded_image_gets_the_detections_it_gets_alone(tmp_path):
-    huggingface_model(tmp_path, with_box_refine=True)
+@pytest.mark.parametrize("variant", ["plain", "box_refine"])
+def test_a_padded_image_gets_the_detections_it_gets_alone(tmp_path, variant):
+    """Past the backbone and its GroupNorm (which see the padding, in every implementation), padding changes
+    nothing: the same maps with garbage around them, masked, give the same detections. Two-stage is left out:
+    its proposals' scores of padded pixels compete in the top-k, in the paper's code too."""
+    huggingface_model(tmp_path, **VARIANTS[variant])
     model = model_from_checkpoint(tmp_path).eval()
-    images, mask = padded_batch(seed=3)
+    images, _ = padded_batch(seed=3)
+    generator = torch.Generator().manual_seed(4)
     with torch.no_grad():
-        batched = model(images, mask)
-        alone = model(images[1:, :, :64, :80])
-    torch.testing.assert_close(batched.logits[1:], alone.logits, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(batched.pred_boxes[1:], alone.pred_boxes, atol=1e-4, rtol=1e-4)
+        sources, masks = model.levels(images[:1, :, :64, :80], None)  # 8 × 10, 4 × 5, 2 × 3, 1 × 2 maps
+        padded = [torch.randn(1, s.shape[1], s.shape[2] + 3, s.shape[3] + 2, generator=generator) for s in sources]
+        padded_masks = [torch.ones(1, p.shape[2], p.shape[3], dtype=torch.bool) for p in padded]
+        for p, m, s in zip(padded, padded_masks, sources):
+            p[..., :s.shape[2], :s.shape[3]] = s
+            m[..., :s.shape[2], :s.shape[3]] = False
+        alone, batched = model.detect(sources, masks), model.detect(padded, padded_masks)
+    torch.testing.assert_close(batched.logits, alone.logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(batched.pred_boxes, alone.pred_boxes, atol=1e-4, rtol=1e-4)
 
 
 def test_forward_shapes_gradients_and_options():
@@ -88,3 +98,15 @@ def test_forward_shapes_gradients_and_options():
         create_model("deformable_detr_resnet50", two_stage=True)
     with pytest.raises(ValueError, match="divisible by 32"):
         create_model("deformable_detr_resnet50", dim=48)
+
+
+def test_the_registered_paper_model_has_transformers_parameter_count():
+    import transformers
+
+    hf = transformers.DeformableDetrForObjectDetection(transformers.DeformableDetrConfig(
+        use_timm_backbone=True, backbone="resnet50", use_pretrained_backbone=False, num_labels=91))
+    ours = create_model("deformable_detr_resnet50")
+    count = sum(p.numel() for p in ours.parameters())
+    assert count == sum(p.numel() for p in hf.parameters()) == 40_069_665
+    small = create_model("deformable_detr_small")
+    assert small.config.num_queries == 25 and len(small.transformer.encoder) == len(small.transformer.decoder) == 3

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from torch import nn
 
-from ..models.deit import DeiTConfig
 from ..models.deformable_detr import DeformableDETRConfig
+from ..models.deit import DeiTConfig
 from ..models.detr import DETRConfig
 from ..models.registry import apply_overrides, get_config, list_models
 from ..models.vit import ViTConfig

@@ -1,8 +1,8 @@
 """Shared building blocks; every model imports these rather than defining its own."""
 
 from .attention import MultiHeadAttention, explicit_attention
-from .deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn, multi_scale_deformable_attention
 from .blocks import DecoderBlock, EncoderBlock, KVCache, LayerScale, PostNormEncoderBlock, PreNormDecoderBlock
+from .deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn, multi_scale_deformable_attention
 from .drop import DropPath, drop_path
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unpatchify

@@ -139,8 +139,10 @@ class DeformableTransformer(nn.Module):
                 query_embed: torch.Tensor | None, heads: list[tuple[nn.Module, nn.Module]],
                 box_refine: bool) -> tuple[list[torch.Tensor], list[torch.Tensor], DetectionOutput | None]:
         """sources, positions [(B, D, h_l, w_l)], masks [(B, h_l, w_l)] True at padding; query_embed (N, 2D) or
-        None (two-stage); heads: the (class, box) pair of each decoder layer, then the proposals'. Returns each decoder layer's output (B, N, D), the reference each layer's boxes are
-        relative to ((B, N, 2 or 4), in [0, 1]), and, two-stage, the encoder's proposal scores and boxes."""
+        None (two-stage); heads: the (class, box) pair of each decoder layer, then the proposals'.
+
+        Returns each decoder layer's output (B, N, D), the reference each layer's boxes are relative to ((B, N, 2
+        or 4), in [0, 1]), and, two-stage, the encoder's proposal scores and boxes."""
         spatial_shapes = [tuple(s.shape[-2:]) for s in sources]
         shapes = torch.as_tensor(spatial_shapes, dtype=torch.long, device=sources[0].device)  # (L, 2)
         x = torch.cat([s.flatten(2).transpose(1, 2) for s in sources], 1)  # (B, S, D)
@@ -230,18 +232,15 @@ class DeformableDETR(nn.Module):
         return [(self.class_embed, self.bbox_embed)] * self.num_head_pairs
 
     def levels(self, images: torch.Tensor, padding_mask: torch.Tensor | None
-               ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-        """The L projected maps (B, D, h_l, w_l), their padding masks (B, h_l, w_l) and sine encodings."""
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The L projected maps (B, D, h_l, w_l) and their padding masks (B, h_l, w_l), True at padding."""
         features = self.backbone(images)
         sources = [projection(f) for projection, f in zip(self.input_proj, features)]
         for projection in self.input_proj[len(features):]:
             sources.append(projection(features[-1] if len(sources) == len(features) else sources[-1]))
         if padding_mask is None:
             padding_mask = torch.zeros(images.shape[0], *images.shape[2:], dtype=torch.bool, device=images.device)
-        masks = [downsample_mask(padding_mask, s.shape[-2:]) for s in sources]
-        positions = [sine_pos_embed_2d(~m, self.transformer.dim, offset=-0.5).permute(0, 3, 1, 2).to(s.dtype)
-                     for m, s in zip(masks, sources)]
-        return sources, masks, positions
+        return sources, [downsample_mask(padding_mask, s.shape[-2:]) for s in sources]
 
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
         if images.ndim != 4:
@@ -249,7 +248,13 @@ class DeformableDETR(nn.Module):
         if padding_mask is not None and padding_mask.shape != (images.shape[0], *images.shape[2:]):
             raise ValueError(f"padding_mask must be (B, H, W) = {(images.shape[0], *images.shape[2:])}, True at "
                              f"padded pixels; got shape {tuple(padding_mask.shape)}")
-        sources, masks, positions = self.levels(images, padding_mask)
+        return self.detect(*self.levels(images, padding_mask))
+
+    def detect(self, sources: list[torch.Tensor], masks: list[torch.Tensor]) -> DetectionOutput:
+        """The detections from the projected maps [(B, D, h_l, w_l)] and their masks [(B, h_l, w_l)]: the
+        transformer and the heads. Padding beyond an image's valid area changes nothing here."""
+        positions = [sine_pos_embed_2d(~m, self.transformer.dim, offset=-0.5).permute(0, 3, 1, 2).to(s.dtype)
+                     for m, s in zip(masks, sources)]
         heads = self.heads()
         hs, references, encoder_output = self.transformer(
             sources, masks, positions, None if self.two_stage else self.query_embed.weight, heads,

@@ -1,8 +1,8 @@
 """From DETR's outputs to detections in pixels: every query is a detection, scored by its most likely class other
 than "no object". No NMS: the set loss taught the queries not to duplicate each other (§3.1).
 
-With `sigmoid` (Deformable DETR's per-class sigmoid scores) the detections are the `top_k` best (query, class) pairs over all
-queries × classes, as its paper's code does: a query may give two classes' boxes."""
+With `sigmoid` (Deformable DETR's per-class sigmoid scores) the detections are the `top_k` best (query, class)
+pairs over all queries × classes, as its paper's code does: a query may give two classes' boxes."""
 
 from __future__ import annotations
 

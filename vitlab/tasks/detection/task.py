@@ -30,7 +30,6 @@ from .criterion import SetCriterion
 from .matcher import HungarianMatcher
 from .postprocess import postprocess
 
-
 DETECTORS = ("detr", "deformable_detr")  # the model families this task trains
 
 
