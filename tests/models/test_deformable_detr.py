@@ -7,18 +7,10 @@ import torch
 from vitlab.interop import load_weights, model_from_checkpoint
 from vitlab.models import create_model
 
+from .test_detr import padded_batch
+
 VARIANTS = {"plain": {}, "box_refine": {"with_box_refine": True},
             "two_stage": {"with_box_refine": True, "two_stage": True}}
-
-
-def padded_batch(seed=0):
-    """Two images of 96 × 128 pixels, the second really 64 × 80 and padded with zeros (mask True there)."""
-    generator = torch.Generator().manual_seed(seed)
-    images = torch.randn(2, 3, 96, 128, generator=generator)
-    mask = torch.zeros(2, 96, 128, dtype=torch.bool)
-    mask[1, 64:, :] = True
-    mask[1, :, 80:] = True
-    return images.masked_fill(mask[:, None], 0.0), mask
 
 
 def huggingface_model(folder, **options):

@@ -38,7 +38,7 @@ from torch import nn
 from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
-from .detr import BoxHead, DetectionOutput
+from .detr import BoxHead, DetectionOutput, check_detector_inputs
 from .registry import register_config, register_model
 
 
@@ -243,11 +243,7 @@ class DeformableDETR(nn.Module):
         return sources, [downsample_mask(padding_mask, s.shape[-2:]) for s in sources]
 
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
-        if images.ndim != 4:
-            raise ValueError(f"expected images (B, C, H, W), got shape {tuple(images.shape)}")
-        if padding_mask is not None and padding_mask.shape != (images.shape[0], *images.shape[2:]):
-            raise ValueError(f"padding_mask must be (B, H, W) = {(images.shape[0], *images.shape[2:])}, True at "
-                             f"padded pixels; got shape {tuple(padding_mask.shape)}")
+        check_detector_inputs(images, padding_mask)
         return self.detect(*self.levels(images, padding_mask))
 
     def detect(self, sources: list[torch.Tensor], masks: list[torch.Tensor]) -> DetectionOutput:

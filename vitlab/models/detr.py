@@ -45,6 +45,15 @@ class DetectionOutput:
     enc_outputs: DetectionOutput | None = None
 
 
+def check_detector_inputs(images: torch.Tensor, padding_mask: torch.Tensor | None) -> None:
+    """A detector's inputs: images (B, C, H, W) and, if any, padding_mask (B, H, W) True at padded pixels."""
+    if images.ndim != 4:
+        raise ValueError(f"expected images (B, C, H, W), got shape {tuple(images.shape)}")
+    if padding_mask is not None and padding_mask.shape != (images.shape[0], *images.shape[2:]):
+        raise ValueError(f"padding_mask must be (B, H, W) = {(images.shape[0], *images.shape[2:])}, True at "
+                         f"padded pixels; got shape {tuple(padding_mask.shape)}")
+
+
 class DetrTransformer(nn.Module):
     """The encoder–decoder of DETR: post-norm blocks (pre-norm with `pre_norm`), the decoder's final LayerNorm
     applied to every layer's output (so the auxiliary heads read normalised features, as the official code does).
@@ -114,11 +123,7 @@ class DETR(nn.Module):
         self.num_classes, self.num_queries, self.aux_loss = num_classes, num_queries, aux_loss
 
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
-        if images.ndim != 4:
-            raise ValueError(f"expected images (B, C, H, W), got shape {tuple(images.shape)}")
-        if padding_mask is not None and padding_mask.shape != (images.shape[0], *images.shape[2:]):
-            raise ValueError(f"padding_mask must be (B, H, W) = {(images.shape[0], *images.shape[2:])}, True at "
-                             f"padded pixels; got shape {tuple(padding_mask.shape)}")
+        check_detector_inputs(images, padding_mask)
         features = self.backbone(images)[-1]  # (B, C, h, w)
         B, _, h, w = features.shape
         if padding_mask is None:
