@@ -66,6 +66,40 @@ def test_gradients_match_finite_differences():
     assert torch.autograd.gradcheck(lambda v, loc, w: multi_scale_deformable_attention(v, shapes, loc, w), inputs)
 
 
+def test_gradients_equal_transformers_autograd_through_grid_sample():
+    """The written-out backward against autograd through transformers' per-level grid_sample, at a size where the
+    points fall inside, across and outside every map's edge."""
+    from transformers.models.deformable_detr.modeling_deformable_detr import MultiScaleDeformableAttention
+
+    value, shapes, locations, weights = random_inputs(B=2, Q=9, M=4, D=8, P=4, dtype=torch.float64, seed=3)
+    ours = [t.clone().requires_grad_() for t in (value, locations, weights)]
+    theirs = [t.clone().requires_grad_() for t in (value, locations, weights)]
+    upstream = torch.randn(2, 9, 32, dtype=torch.float64)
+    (multi_scale_deformable_attention(ours[0], shapes, ours[1], ours[2]) * upstream).sum().backward()
+    out = MultiScaleDeformableAttention()(theirs[0], shapes, [tuple(s) for s in shapes.tolist()],
+                                          level_start_index(shapes), theirs[1], theirs[2], 64)
+    (out * upstream).sum().backward()
+    for name, mine, reference in zip(("value", "locations", "weights"), ours, theirs):
+        torch.testing.assert_close(mine.grad, reference.grad, atol=1e-10, rtol=1e-10, msg=name)
+
+
+def test_gradient_for_the_inputs_that_ask_and_half_precision():
+    value, shapes, locations, weights = random_inputs(B=1, Q=4, M=2, D=4, P=2, seed=4)
+    locations.requires_grad_()  # frozen values and weights: only the locations get a gradient
+    multi_scale_deformable_attention(value, shapes, locations, weights).sum().backward()
+    assert value.grad is None and weights.grad is None and locations.grad.abs().sum() > 0
+
+    full = [t.clone().requires_grad_() for t in (value, locations.detach(), weights)]
+    half = [t.clone().bfloat16().requires_grad_() for t in (value, locations.detach(), weights)]
+    multi_scale_deformable_attention(full[0], shapes, full[1], full[2]).sum().backward()
+    out = multi_scale_deformable_attention(half[0], shapes, half[1], half[2])
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    for a, b in zip(full, half):
+        assert b.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(b.grad.float(), a.grad, atol=0.1, rtol=0.05)
+
+
 def test_module_starts_as_the_paper_and_samples_where_it_says():
     attn = MSDeformAttn(dim=16, n_levels=3, n_heads=4, n_points=2)
     bias = attn.sampling_offsets.bias.view(4, 3, 2, 2)

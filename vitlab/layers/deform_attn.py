@@ -9,13 +9,22 @@ where the offsets Δp and the weights A (a softmax over the L·P points together
 query, and V^l(x) reads the value map of level l at a fractional location by bilinear interpolation.
 
 The official code and transformers' fallback read V^l with one `grid_sample` call per level, then stack and
-weight the samples. Here the whole sum is one weighted lookup into the flattened values of all levels: each
-sample point is four corner pixels with bilinear weights, each corner is a row of the (B·S·heads, head_dim)
-value table (no copy of the values: (B, S, heads, head_dim) is already that table), and
+weight the samples. Here the whole sum is one weighted lookup into the values of all levels at once. Each level
+gets a one-pixel border of zeros (that is `grid_sample`'s zero padding with `align_corners=False`), so a sample
+point is always its four corner pixels, rows tl, tl+1, tl+W+2 and tl+W+3 of the padded
+(B·S_padded·heads, head_dim) value table, with bilinear weights; and
 `F.embedding_bag(mode="sum", per_sample_weights=A·bilinear)` sums a query's L·P·4 weighted rows without ever
-materialising the samples. Corners outside their map get weight 0, which is `grid_sample`'s zero padding with
-`align_corners=False`. Under ONNX export the same sum is written as a gather and a weighted reduction, which every
-runtime has.
+materialising the samples. Its own backward is slow on the CPU (a sort of every corner and a serial
+per-sample-weight kernel), so the backward is written out here:
+
+- the weights' gradient is one dot product per corner, ⟨∂out_q, V[row]⟩, which `torch.sparse.sampled_addmm`
+  computes over the (query, row) pattern of the forward without materialising the gathered rows; the
+  locations' and attention weights' gradients follow from it by the chain rule of the bilinear weights;
+- the values' gradient is a scatter of ∂out_q·A·bilinear into the four corners. The sample points (not their four
+  times as many corners) are sorted by their top-left corner once; four `embedding_bag` calls, one per corner,
+  sum them per top-left pixel, and each sum is added to its corner by a shifted slice of the padded map.
+
+Under ONNX export the same sum is a gather of the corners and a weighted reduction, which every runtime has.
 
 Shapes: value (B, S, heads, head_dim) with S = Σ_l H_l·W_l (levels flattened row-major, finest first),
 spatial_shapes (L, 2) as (H_l, W_l), sampling_locations (B, Q, heads, L, P, 2) as (x, y) in [0, 1] of each map,
@@ -25,6 +34,7 @@ attention_weights (B, Q, heads, L, P) -> (B, Q, heads·head_dim).
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -46,8 +56,8 @@ def level_start_index(spatial_shapes: torch.Tensor) -> torch.Tensor:
 def _corner_rows_and_weights(value_shape: tuple[int, ...], spatial_shapes: torch.Tensor,
                              sampling_locations: torch.Tensor,
                              attention_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each query and head, the rows of the (B·S·heads, head_dim) value table its samples read and the weight
-    of each: (B·Q·heads, L·P·4) both."""
+    """The export path's lookup: for each query and head, the rows of the (B·S·heads, head_dim) value table its
+    samples read and the weight of each, (B·Q·heads, L·P·4) both; corners outside their map weigh 0."""
     batch, length, heads, _ = value_shape
     _, queries, _, levels, points, _ = sampling_locations.shape
     shapes = spatial_shapes.to(sampling_locations.device)
@@ -72,6 +82,140 @@ def _corner_rows_and_weights(value_shape: tuple[int, ...], spatial_shapes: torch
     return rows.reshape(batch * queries * heads, samples), weights.reshape(batch * queries * heads, samples)
 
 
+def _padded_layout(shapes: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """First pixel and width of each level in the padded maps (one pixel of zeros around each level)."""
+    starts, widths, start = [], [], 0
+    for height, width in shapes:
+        starts.append(start)
+        widths.append(width + 2)
+        start += (height + 2) * (width + 2)
+    return starts, widths
+
+
+def _pad_levels(value: torch.Tensor, shapes: list[tuple[int, int]]) -> torch.Tensor:
+    """(B, S, heads, head_dim) -> (B, S_padded, heads, head_dim), each level inside a border of zeros."""
+    batch, _, heads, head_dim = value.shape
+    levels, start = [], 0
+    for height, width in shapes:
+        level = value[:, start:start + height * width].view(batch, height, width, heads, head_dim)
+        levels.append(F.pad(level, (0, 0, 0, 0, 1, 1, 1, 1)).flatten(1, 2))
+        start += height * width
+    return torch.cat(levels, 1)
+
+
+def _unpad_levels(padded: torch.Tensor, shapes: list[tuple[int, int]]) -> torch.Tensor:
+    """The inverse of `_pad_levels`: the borders cut off."""
+    batch, _, heads, head_dim = padded.shape
+    levels, start = [], 0
+    for height, width in shapes:
+        size = (height + 2) * (width + 2)
+        level = padded[:, start:start + size].view(batch, height + 2, width + 2, heads, head_dim)
+        levels.append(level[:, 1:-1, 1:-1].flatten(1, 2))
+        start += size
+    return torch.cat(levels, 1)
+
+
+class _DeformableSampling(torch.autograd.Function):
+    """The core's sum with the backward written out (see the module's docstring)."""
+
+    @staticmethod
+    def forward(ctx, value: torch.Tensor, sampling_locations: torch.Tensor, attention_weights: torch.Tensor,
+                shapes: list[tuple[int, int]]) -> torch.Tensor:
+        batch, _, heads, head_dim = value.shape
+        _, queries, _, levels, points, _ = sampling_locations.shape
+        device = value.device
+        table = _pad_levels(value, shapes)
+        padded_length = table.shape[1]
+        table = table.view(-1, head_dim)  # row (image·S_padded + pixel)·heads + head
+        starts, widths = _padded_layout(shapes)
+        width_height = sampling_locations.new_tensor([[w, h] for h, w in shapes])  # (L, 2) as (W, H)
+        pixel = sampling_locations * width_height[:, None, :] - 0.5  # align_corners=False: centres at +0.5
+        # beyond one pixel outside a map every corner is border, so clamping there changes nothing
+        clamped = torch.minimum(pixel.clamp(min=-1.0), width_height[:, None, :])
+        top_left = torch.minimum(clamped.floor(), width_height[:, None, :] - 1)  # in -1 … W-1, so tl+1 ≤ W
+        fraction = clamped - top_left  # (B, Q, heads, L, P, 2)
+        fx, fy = fraction.unbind(-1)
+        bilinear = torch.stack([(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy], -1)
+        x, y = (top_left.long() + 1).unbind(-1)  # padded coordinates
+        level_start = torch.tensor(starts, device=device)[:, None]
+        level_width = torch.tensor(widths, device=device)[:, None]
+        image = torch.arange(batch, device=device).view(batch, 1, 1, 1, 1)
+        head = torch.arange(heads, device=device).view(1, 1, heads, 1, 1)
+        top_left_row = (image * padded_length + level_start + y * level_width + x) * heads + head  # (B,Q,M,L,P)
+        corner_step = torch.tensor([[0, 1, w, w + 1] for w in widths], device=device) * heads  # (L, 4)
+        rows = (top_left_row[..., None] + corner_step[:, None, :]).view(batch * queries * heads, -1)
+        weights = (attention_weights[..., None] * bilinear).to(table.dtype)  # (B, Q, heads, L, P, 4)
+        out = F.embedding_bag(rows, table, mode="sum", per_sample_weights=weights.view(rows.shape))
+        ctx.save_for_backward(table, rows, top_left_row, bilinear, weights, attention_weights, fraction, pixel,
+                              width_height)
+        ctx.shapes = shapes
+        ctx.value_shape = value.shape
+        return out.view(batch, queries, heads * head_dim)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: torch.Tensor):
+        table, rows, top_left_row, bilinear, weights, attention_weights, fraction, pixel, width_height = \
+            ctx.saved_tensors
+        batch, _, heads, head_dim = ctx.value_shape
+        grad = grad_out.reshape(rows.shape[0], head_dim).to(table.dtype).contiguous()  # one row per query·head
+        grad_value = grad_locations = grad_weights = None
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            dots = _row_dots(grad, table, rows).view(bilinear.shape).to(bilinear.dtype)  # ⟨∂out, V[corner]⟩
+            grad_weights = (dots * bilinear).sum(-1)
+            d00, d10, d01, d11 = dots.unbind(-1)
+            fx, fy = fraction.unbind(-1)
+            d_fraction = torch.stack([(d10 - d00) * (1 - fy) + (d11 - d01) * fy,
+                                      (d01 - d00) * (1 - fx) + (d11 - d10) * fx], -1)
+            moving = (pixel > -1) & (pixel < width_height[:, None, :])  # where the clamp let the point move
+            grad_locations = d_fraction * attention_weights[..., None] * moving * width_height[:, None, :]
+        if ctx.needs_input_grad[0]:
+            grad_value = _unpad_levels(_scatter_to_corners(grad, top_left_row, weights, table.shape[0], ctx.shapes,
+                                                           batch, heads), ctx.shapes)
+        return grad_value, grad_locations, grad_weights, None
+
+
+def _row_dots(grad: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """⟨grad[i], table[rows[i, j]]⟩ for every (i, j): (N, head_dim), (R, head_dim), (N, K) -> (N, K)."""
+    if grad.dtype not in (torch.float32, torch.float64):  # sampled_addmm has no half-precision kernel
+        return torch.bmm(table[rows], grad[:, :, None]).squeeze(-1)
+    count, per_row = rows.shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+        pattern = torch.sparse_csr_tensor(torch.arange(0, count * per_row + 1, per_row, device=rows.device),
+                                          rows.reshape(-1), grad.new_zeros(count * per_row),
+                                          (count, table.shape[0]), check_invariants=False)
+        return torch.sparse.sampled_addmm(pattern, grad, table.t(), beta=0.0).values().view(count, per_row)
+
+
+def _scatter_to_corners(grad: torch.Tensor, top_left_row: torch.Tensor, weights: torch.Tensor, table_rows: int,
+                        shapes: list[tuple[int, int]], batch: int, heads: int) -> torch.Tensor:
+    """Σ over the samples reading a row of weight · grad of the sample's query: the padded values' gradient,
+    (B, S_padded, heads, head_dim). grad (B·Q·heads, head_dim); top_left_row (B, Q, heads, L, P); weights
+    (B, Q, heads, L, P, 4)."""
+    head_dim = grad.shape[1]
+    per_query = top_left_row.shape[3] * top_left_row.shape[4]  # L·P samples in each query·head's bag
+    order = top_left_row.reshape(-1).argsort()
+    counts = torch.bincount(top_left_row.reshape(-1)[order], minlength=table_rows)
+    offsets = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    query_row = order // per_query
+    corner_weights = weights.reshape(-1, 4)[order].t().contiguous()
+    # at_top_left[c][r]: what the samples whose top-left corner is row r give to their corner c
+    at_top_left = [F.embedding_bag(query_row, grad, offsets, mode="sum", per_sample_weights=corner_weights[c],
+                                   include_last_offset=True).view(batch, -1, heads, head_dim) for c in range(4)]
+    total = at_top_left[0].clone()
+    start = 0
+    for height, width in shapes:
+        size = (height + 2) * (width + 2)
+        level = [t[:, start:start + size].view(batch, height + 2, width + 2, heads, head_dim) for t in at_top_left]
+        out = total[:, start:start + size].view(batch, height + 2, width + 2, heads, head_dim)
+        out[:, :, 1:] += level[1][:, :, :-1]  # corner (x+1, y)
+        out[:, 1:] += level[2][:, :-1]  # corner (x, y+1)
+        out[:, 1:, 1:] += level[3][:, :-1, :-1]  # corner (x+1, y+1)
+        start += size
+    return total
+
+
 def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.Tensor,
                                      sampling_locations: torch.Tensor,
                                      attention_weights: torch.Tensor) -> torch.Tensor:
@@ -88,17 +232,17 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.
     if attention_weights.shape != sampling_locations.shape[:-1]:
         raise ValueError(f"attention_weights must be {tuple(sampling_locations.shape[:-1])} (one per sampling "
                          f"point), got {tuple(attention_weights.shape)}")
-    if not torch.jit.is_tracing() and not torch.compiler.is_compiling() and \
-            int((spatial_shapes[:, 0] * spatial_shapes[:, 1]).sum()) != length:
-        raise ValueError(f"the levels {spatial_shapes.tolist()} hold {int(spatial_shapes.prod(-1).sum())} pixels, "
-                         f"but value has S={length}")
-    rows, weights = _corner_rows_and_weights(value.shape, spatial_shapes, sampling_locations, attention_weights)
-    table = value.reshape(batch * length * heads, head_dim)
-    if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+    if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting() or torch.jit.is_tracing():
+        # traceable with symbolic sizes: no Python list of the level shapes, a gather instead of embedding_bag
+        rows, weights = _corner_rows_and_weights(value.shape, spatial_shapes, sampling_locations, attention_weights)
+        table = value.reshape(batch * length * heads, head_dim)
         out = (table[rows] * weights[..., None].to(table.dtype)).sum(1)  # (B·Q·heads, head_dim)
-    else:
-        out = F.embedding_bag(rows, table, mode="sum", per_sample_weights=weights.to(table.dtype))
-    return out.view(batch, queries, heads * head_dim)
+        return out.view(batch, queries, heads * head_dim)
+    shapes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
+    if sum(h * w for h, w in shapes) != length:
+        raise ValueError(f"the levels {spatial_shapes.tolist()} hold {sum(h * w for h, w in shapes)} pixels, "
+                         f"but value has S={length}")
+    return _DeformableSampling.apply(value, sampling_locations, attention_weights, shapes)
 
 
 class MSDeformAttn(nn.Module):
