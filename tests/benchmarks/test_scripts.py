@@ -63,14 +63,19 @@ def test_randaugment_benchmark_times_both_ways(tmp_path):
     assert 0 < row["share_of_step_after"] < 1 and "| vitlab batched |" in (tmp_path / "t.md").read_text()
 
 
-@pytest.mark.slow
-def test_detr_scenes_benchmark_records_both_detectors_curves(tmp_path):
+def _tiny_scenes(tmp_path):
     from vitlab.cli.main import main
 
     mini = ROOT / "tests" / "fixtures" / "fashion-mnist-mini"
     data = tmp_path / "scenes"
     assert main(["make-scenes", "--out", str(data), "--train", "16", "--val", "4", "--size", "64", "--data-dir",
                  str(mini), "--allow-partial-data"]) == 0
+    return data
+
+
+@pytest.mark.slow
+def test_detr_scenes_benchmark_records_both_detectors_curves(tmp_path):
+    data = _tiny_scenes(tmp_path)
     out = tmp_path / "detr_scenes.json"
     _load_script("detr_scenes").main(["--quick", "--data", str(data), "--out", str(out), "--models", "detr",
                                       "detr-pretrained", "fasterrcnn"])
@@ -82,6 +87,28 @@ def test_detr_scenes_benchmark_records_both_detectors_curves(tmp_path):
         assert run["curve"] and all(0 <= row["map_50"] <= 1 and row["train_min"] > 0 for row in run["curve"])
     assert result["bar"]["ap50_target"] == 0.5 and "| detr_small |" in result["table"]
     assert out.with_suffix(".png").is_file()
+
+
+@pytest.mark.slow
+def test_deformable_detr_scenes_benchmark_compares_the_two_detectors(tmp_path):
+    data = _tiny_scenes(tmp_path)
+    out = tmp_path / "deformable_detr_scenes.json"
+    _load_script("deformable_detr_scenes").main(["--quick", "--data", str(data), "--out", str(out), "--models",
+                                                 "detr_small", "deformable_detr_small"])
+    result = json.loads(out.read_text())
+    assert list(result["results"]) == ["detr_small", "deformable_detr_small"]
+    for run in result["results"].values():
+        assert run["curve"] and all(0 <= row["map_50"] <= 1 and row["train_min"] > 0 for row in run["curve"])
+    detr_ap50 = result["results"]["detr_small"]["curve"][-1]["map_50"]
+    assert result["bar"]["detr_final_ap50"] == detr_ap50 and result["bar"]["allowed_epochs"] == 1 / 3
+    assert "| deformable_detr_small |" in result["table"] and out.with_suffix(".png").is_file()
+
+
+def test_deform_attn_speed_benchmark_times_both_cores(tmp_path):
+    rows = _load_script("deform_attn_speed").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    assert [(r["shape"], r["mode"]) for r in rows] == [(s, m) for s in ("encoder", "decoder")
+                                                       for m in ("forward", "forward + backward")]
+    assert all(r["vitlab_ms"] > 0 and r["hf_ms"] > 0 and r["speedup_min"] <= r["speedup_median"] for r in rows)
 
 
 @pytest.mark.slow

@@ -116,3 +116,21 @@ def test_a_learned_seq2seq_position_table_does_not_decay():
     model = Seq2SeqConfig(vocab_size=11, dim=16, depth=1, num_heads=2, pos_embed="learn").build()
     got = groups_by_name(model, param_groups(model, 0.1))
     assert got["pos_embed"] == (0.0, 1.0) and got["embed.weight"] == (0.1, 1.0)
+
+
+def test_glob_scales_pick_deformable_detrs_offset_predictors_as_the_official_recipe():
+    """The official Deformable DETR main.py: names containing "backbone.0" at lr_backbone, names containing
+    "reference_points" or "sampling_offsets" at lr · lr_linear_proj_mult, the rest at lr."""
+    model = vitlab.create_model("deformable_detr_small")
+    scales = {"backbone.": 0.1, "*.sampling_offsets.*": 0.25, "*reference_points.*": 0.25}
+    got = {name: scale for name, (_, scale) in groups_by_name(model, param_groups(model, 1e-4, None, scales)).items()}
+    expected = {}
+    for name, _ in model.named_parameters():
+        if name.startswith("backbone."):
+            expected[name] = 0.1
+        elif "reference_points" in name or "sampling_offsets" in name:
+            expected[name] = 0.25
+        else:
+            expected[name] = 1.0
+    assert got == expected
+    assert sum(scale == 0.25 for scale in got.values()) == 2 * 6 + 2  # 3 + 3 layers' offsets, one reference head

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import math
 
 import torch
@@ -19,8 +20,9 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | Non
     A parameter of layer id k gets lr · layer_decay^(num_layer_groups − 1 − k): block i of L gets
     lr · layer_decay^(L − i), the embeddings lr · layer_decay^(L + 1), the final norm and head lr.
     lr_scales multiplies the lr of the parameters whose names start with a prefix ({"backbone.": 0.1}: DETR's
-    backbone at a tenth). Each group carries its factor as "lr_scale"; its "lr" starts at lr · lr_scale, which the
-    schedulers then multiply.
+    backbone at a tenth) or, for a key with a `*`, match it as a glob ({"*.sampling_offsets.*": 0.1}: Deformable
+    DETR's offset predictors); the first key that matches wins. Each group carries its factor as "lr_scale"; its
+    "lr" starts at lr · lr_scale, which the schedulers then multiply.
     """
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
@@ -36,7 +38,8 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | Non
             continue
         decays = param.ndim > 1 and name not in no_decay
         layer = model.layer_id(name) if layer_decay is not None else 0
-        factor = next((f for prefix, f in lr_scales.items() if name.startswith(prefix)), 1.0)
+        factor = next((f for key, f in lr_scales.items()
+                       if (fnmatch.fnmatchcase(name, key) if "*" in key else name.startswith(key))), 1.0)
         scale = (layer_decay ** (top - layer) if layer_decay is not None else 1.0) * factor
         group = groups.setdefault((layer, factor, decays), {
             "params": [], "weight_decay": weight_decay if decays else 0.0, "lr_scale": scale})

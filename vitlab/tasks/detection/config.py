@@ -27,6 +27,8 @@ class DetectionConfig:
                                     default_text="as it is")
     hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip")
     backbone_lr: float = option(1e-5, "learning rate of the CNN backbone (the rest trains at --lr)")
+    lr_linear_proj_mult: float = option(0.1, "Deformable DETR: the sampling offsets' and reference points' "
+                                        "share of --lr (the official recipe's 0.1)")
     eos_coef: float = option(0.1, "weight of the no-object class in the cross-entropy")
     cost_class: float | None = option(None, "matching cost of the class probability",
                                       default_text="the model's: 1 for DETR, 2 for Deformable DETR")
@@ -42,6 +44,7 @@ class DetectionConfig:
 
     def __post_init__(self) -> None:
         check(self.backbone_lr >= 0, "backbone_lr", ">= 0 (0 freezes the backbone)", self.backbone_lr)
+        check(self.lr_linear_proj_mult >= 0, "lr_linear_proj_mult", ">= 0", self.lr_linear_proj_mult)
         check(0 < self.eos_coef <= 1, "eos_coef", "in (0, 1]", self.eos_coef)
         for name in ("cost_class", "cost_bbox", "cost_giou", "class_weight", "bbox_weight", "giou_weight"):
             value = getattr(self, name)

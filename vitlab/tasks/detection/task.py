@@ -141,8 +141,12 @@ class DetectionTask(Task):
         return model
 
     def lr_scales(self) -> dict[str, float]:
-        """The backbone trains at backbone_lr: its parameters' share of the loop's lr."""
-        return {"backbone.": self.config.backbone_lr / self.loop.lr}
+        """The backbone trains at backbone_lr: its parameters' share of the loop's lr. Deformable DETR's sampling
+        offsets and reference points train at lr_linear_proj_mult of it, as in the official recipe (their outputs
+        are positions, a slower start keeps the sampled points near their initial rings)."""
+        mult = self.config.lr_linear_proj_mult
+        return {"backbone.": self.config.backbone_lr / self.loop.lr, "*.sampling_offsets.*": mult,
+                "*reference_points.*": mult}
 
     def loss(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
         images, padding_mask, targets = batch
