@@ -1,13 +1,19 @@
-"""vitlab's DETR against Hugging Face's DetrForObjectDetection with the same configuration and the same weights:
-inference and a training step (forward, Hungarian matching, set loss with auxiliary losses, backward, AdamW),
-timed interleaved in one process.
+"""vitlab's DETR and Deformable DETR against Hugging Face's DetrForObjectDetection and
+DeformableDetrForObjectDetection with the same configuration and the same weights: inference and a training step
+(forward, Hungarian matching, set loss with auxiliary losses, backward, AdamW), timed interleaved in one process.
 
-    python benchmarks/detr_speed.py                 # both configurations, 15 rounds
+    python benchmarks/detr_speed.py                 # DETR's two configurations, 15 rounds
+    python benchmarks/detr_speed.py --configs deformable_small deformable_r50 --tag deformable_detr_speed
     python benchmarks/detr_speed.py --quick         # a smoke run
 
 Configurations: `small`, the shape of detr_small (ResNet-18 cut after layer3, 3 + 3 layers of width 128, 25
 queries) on batches of 8 scenes of 128 × 128; `r50`, the paper's DETR-R50 (6 + 6 layers of width 256, 100 queries)
-on 2 images of 384 × 384. Hugging Face's model is built from its config with random weights, saved with
+on 2 images of 384 × 384; `deformable_small`, the shape of deformable_detr_small (ResNet-18 C3–C5 + C6, 3 + 3
+layers of width 128, 25 queries) on batches of 4 scenes of 128 × 128; `deformable_r50`, the paper's Deformable
+DETR (6 + 6 layers of width 256, FFN 1024, 300 queries) on 2 images of 384 × 384, with transformers' pure-PyTorch
+deformable attention (its custom kernels are CUDA ones). The losses are each paper's: cross-entropy for DETR, the
+sigmoid focal loss with class cost 2 for Deformable DETR (transformers weighs its focal term 1, vitlab 2: the same
+work). Hugging Face's model is built from its config with random weights, saved with
 `save_pretrained`, and loaded into vitlab (so both compute the same numbers), and both train the same weights:
 frozen batch norm, the stem and layer1 frozen, the rest trained (`train_the_same_backbone_weights` says why
 Hugging Face's own choice differs). Each round times vitlab then Hugging Face, alternating which goes first;
@@ -19,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -32,16 +36,32 @@ sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the reposit
 RESULTS = Path(__file__).parent / "results"
 
 CONFIGS = {
-    "small": {"backbone": "resnet18", "stage": 3, "dim": 128, "heads": 8, "layers": 3, "ffn": 512, "queries": 25,
-              "classes": 10, "batch": 8, "size": 128},
-    "r50": {"backbone": "resnet50", "stage": 4, "dim": 256, "heads": 8, "layers": 6, "ffn": 2048, "queries": 100,
-            "classes": 91, "batch": 2, "size": 384},
+    "small": {"family": "detr", "backbone": "resnet18", "stage": 3, "dim": 128, "heads": 8, "layers": 3, "ffn": 512,
+              "queries": 25, "classes": 10, "batch": 8, "size": 128},
+    "r50": {"family": "detr", "backbone": "resnet50", "stage": 4, "dim": 256, "heads": 8, "layers": 6, "ffn": 2048,
+            "queries": 100, "classes": 91, "batch": 2, "size": 384},
+    "deformable_small": {"family": "deformable_detr", "backbone": "resnet18", "dim": 128, "heads": 8, "layers": 3,
+                         "ffn": 512, "queries": 25, "classes": 10, "batch": 4, "size": 128},
+    "deformable_r50": {"family": "deformable_detr", "backbone": "resnet50", "dim": 256, "heads": 8, "layers": 6,
+                       "ffn": 1024, "queries": 300, "classes": 91, "batch": 2, "size": 384},
 }
+DEFAULT_CONFIGS = ("small", "r50")
 
 
 def huggingface_model(c: dict, folder: Path):
     import transformers
 
+    if c["family"] == "deformable_detr":
+        config = transformers.DeformableDetrConfig(
+            use_timm_backbone=True, backbone=c["backbone"], use_pretrained_backbone=False,
+            disable_custom_kernels=True, d_model=c["dim"], encoder_layers=c["layers"], decoder_layers=c["layers"],
+            encoder_attention_heads=c["heads"], decoder_attention_heads=c["heads"], encoder_ffn_dim=c["ffn"],
+            decoder_ffn_dim=c["ffn"], num_queries=c["queries"], num_labels=c["classes"], auxiliary_loss=True,
+            dropout=0.0, class_cost=2)
+        torch.manual_seed(0)
+        model = transformers.DeformableDetrForObjectDetection(config)
+        model.save_pretrained(folder)
+        return model
     if c["backbone"] == "resnet18":
         resnet = transformers.ResNetConfig(depths=[2, 2, 2, 2], layer_type="basic", hidden_sizes=[64, 128, 256, 512],
                                            out_features=[f"stage{c['stage']}"])
@@ -96,8 +116,15 @@ def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
         ours = model_from_checkpoint(folder)
     train_the_same_backbone_weights(hf, ours)
     images, targets = batch(c)
+    ours.eval()
+    hf.eval()
+    with torch.inference_mode():  # the same numbers, or the timing means nothing
+        torch.testing.assert_close(ours(images).pred_boxes, hf(pixel_values=images).pred_boxes, atol=1e-4,
+                                   rtol=1e-4)
     hf_labels = [{"class_labels": t["labels"], "boxes": t["boxes"]} for t in targets]
-    criterion = SetCriterion(c["classes"], HungarianMatcher())
+    focal = c["family"] == "deformable_detr"
+    criterion = SetCriterion(c["classes"], HungarianMatcher(2.0 if focal else 1.0, focal=focal),
+                             class_weight=2.0 if focal else 1.0, focal=focal)
     hf_optimizer = torch.optim.AdamW([p for p in hf.parameters() if p.requires_grad], lr=1e-5)
     our_optimizer = torch.optim.AdamW([p for p in ours.parameters() if p.requires_grad], lr=1e-5)
 
@@ -146,7 +173,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(DEFAULT_CONFIGS))
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=3, help="calls per timing (its median is taken)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, 2 rounds of 1 call")
@@ -157,17 +184,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for name in args.configs:
         c = dict(CONFIGS[name])
         if args.quick:
-            c.update(size=64, batch=2, layers=1, queries=5)
+            c.update(size=64, batch=2, layers=2 if c["family"] == "deformable_detr" else 1, queries=5)
         rows += compare(name, c, 2 if args.quick else args.rounds, 1 if args.quick else args.calls)
     table = markdown(rows)
-    print(table)
-    machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-               "cpu": platform.processor() or platform.machine(), "python": platform.python_version()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.tag}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
-    (out / f"{args.tag}.md").write_text(table + f"\n\ntorch {torch.__version__}, {torch.get_num_threads()} threads, "
-                                        f"fp32, {machine['cpu']}\n")
+    from benchmarks.harness import machine, write_results
+
+    host = machine()
+    write_results(Path(args.out), args.tag, {"machine": host, "rows": rows},
+                  table + f"\n\n{host['cpu']}, {host['threads']} threads, torch {host['torch']}, "
+                  f"transformers {host.get('transformers', '—')}, fp32\n")
     return rows
 
 

@@ -113,7 +113,9 @@ def test_deform_attn_speed_benchmark_times_both_cores(tmp_path):
 
 @pytest.mark.slow
 def test_detr_speed_benchmark_times_both_libraries(tmp_path):
-    rows = _load_script("detr_speed").main(["--quick", "--configs", "small", "--out", str(tmp_path), "--tag", "t"])
-    assert [r["mode"] for r in rows] == ["inference", "train step"]
+    rows = _load_script("detr_speed").main(["--quick", "--configs", "small", "deformable_small", "--out",
+                                            str(tmp_path), "--tag", "t"])
+    assert [(r["config"], r["mode"]) for r in rows] == [(c, m) for c in ("small", "deformable_small")
+                                                        for m in ("inference", "train step")]
     assert all(r["vitlab_ms"] > 0 and r["hf_ms"] > 0 and r["speedup_min"] <= r["speedup_median"] for r in rows)
     assert "HF time / vitlab time" in (tmp_path / "t.md").read_text()
