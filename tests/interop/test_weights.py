@@ -23,6 +23,23 @@ def test_torch_checkpoint_with_model_wrapper(tmp_path):
     torch.testing.assert_close(other.state_dict(), model.state_dict())
 
 
+def test_training_options_saved_beside_the_model_are_read_as_the_detr_family_saves_them(tmp_path):
+    """DETR's and Deformable DETR's main.py save {"model", "optimizer", "lr_scheduler", "epoch", "args"}, args an
+    argparse.Namespace; a Namespace holding an arbitrary object is still refused."""
+    import argparse
+
+    model = vitlab.create_model("vit_tiny_patch4_28", depth=1)
+    torch.save({"model": model.state_dict(), "epoch": 49, "args": argparse.Namespace(lr=2e-4, backbone="resnet50",
+                                                                                    lr_drop=[40])},
+               tmp_path / "checkpoint.pth")
+    state, _ = read_state_dict(tmp_path / "checkpoint.pth")
+    torch.testing.assert_close(state, model.state_dict())
+    torch.save({"model": model.state_dict(), "args": argparse.Namespace(layer=torch.nn.Linear(2, 2))},
+               tmp_path / "unsafe.pth")
+    with pytest.raises(ValueError, match="never unpickles arbitrary objects"):
+        read_state_dict(tmp_path / "unsafe.pth")
+
+
 def test_pickled_objects_are_refused(tmp_path):
     torch.save({"model": torch.nn.Linear(2, 2)}, tmp_path / "obj.pth")  # a module, not tensors
     with pytest.raises(ValueError, match="never unpickles arbitrary objects"):

@@ -9,6 +9,7 @@ fit raises an error listing the missing, unexpected and mis-shaped keys.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -55,7 +56,9 @@ def save_weights(model: nn.Module, path: str | os.PathLike, extra_metadata: dict
 def read_state_dict(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Tensors and metadata of a checkpoint file: safetensors, or a torch pickle read with weights_only=True.
 
-    A `{"model": ...}` or `{"state_dict": ...}` wrapper (DeiT's releases, training checkpoints) is unwrapped.
+    A `{"model": ...}` or `{"state_dict": ...}` wrapper (DeiT's releases, training checkpoints) is unwrapped. The
+    `argparse.Namespace` of training options that the DETR family's training scripts save beside the model is
+    allowed (it holds only what the other allowed types can), nothing else.
     """
     path = Path(path)
     if not path.is_file():
@@ -64,7 +67,8 @@ def read_state_dict(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
         with safe_open(str(path), framework="pt") as f:
             return {key: f.get_tensor(key) for key in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a pickle with arbitrary objects is refused rather than executed
         raise ValueError(
             f"cannot read {path} as a tensor-only checkpoint ({error}); vitlab never unpickles arbitrary objects — "
