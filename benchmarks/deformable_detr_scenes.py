@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="detr_scenes.py's results, whose detr_small curve is reused when it has this recipe")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=2e-4, help="lr, backbone included")
+    parser.add_argument("--run-dir", help="keep deformable_detr_small's run there (for detr_pictures.py)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch")
     parser.add_argument("--out", default=str(RESULTS / "deformable_detr_scenes.json"))
     args = parser.parse_args(argv)
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
         options.update(eval_batch_size=8, num_queries=8)
     for model in args.models:
         epochs = args.deformable_epochs if model == "deformable_detr_small" else args.epochs
-        results[model] = run_detr(data, 1 if args.quick else epochs, options, None, model=model)
+        run_dir = args.run_dir if model == "deformable_detr_small" else None
+        results[model] = run_detr(data, 1 if args.quick else epochs, options, run_dir, model=model)
     if "detr_small" not in results and not args.quick:
         results.update(reused_detr(Path(args.detr_from), {"epochs": args.epochs, **options}))
     results = {model: results[model] for model in MODELS if model in results}
