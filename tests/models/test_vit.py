@@ -14,7 +14,8 @@ PUBLISHED_PARAMS = {
 }
 TIMM_NAMES = [
     "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_small_patch32_224", "vit_base_patch16_224",
-    "vit_base_patch32_224", "vit_base_patch16_384", "vit_large_patch16_224", "vit_large_patch32_224",
+    "vit_base_patch32_224", "vit_base_patch16_384", "vit_large_patch16_224", "vit_large_patch16_384",
+    "vit_large_patch32_224",
     "vit_huge_patch14_224",
 ]
 

@@ -365,6 +365,11 @@ def vit_large_patch16_224() -> ViTConfig:
 
 
 @register_model
+def vit_large_patch16_384() -> ViTConfig:
+    return _vit(16, 1024, 24, 16, img=384)
+
+
+@register_model
 def vit_large_patch32_224() -> ViTConfig:
     return _vit(32, 1024, 24, 16)
 

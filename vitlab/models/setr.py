@@ -1,0 +1,331 @@
+"""SETR (Zheng et al. 2021, "Rethinking Semantic Segmentation from a Sequence-to-Sequence Perspective with
+Transformers"): a plain ViT encodes the image as a sequence of patch tokens, a decoder turns the token grid back
+into a class map.
+
+    z = ViT^L(patches(x) + E_pos)          §3.1  L blocks over the (H/16)·(W/16) tokens, no downsampling
+    Z = reshape(LN(z_L))                    §3.2  the tokens as a (D, H/16, W/16) map
+    Naive:  logits = up16(conv1×1(ReLU(BN(conv1×1(Z)))))       two layers, one upsampling
+    PUP:    4 × [conv3×3 → BN → ReLU → up2], classifier         progressive upsampling (log2 p stages for patches p)
+    MLA:    taps Z_6, Z_12, Z_18, Z_24 → conv1×1 → top-down sums → conv3×3 → up4 → concat → classifier
+
+Auxiliary heads on intermediate layers help training (§4.1, weight 0.4). The layer names are the official code's
+(fudan-zvg/SETR: `decode_head.conv_0`, `decode_head.syncbn_fc_0`, `decode_head.mlahead.head2`,
+`auxiliary_head.{i}`), so its checkpoints map on; the MLA neck, inside the official backbone
+(`backbone.mla`, `backbone.norm_0..3`), is `neck` here. As in the official code the encoder has no final
+LayerNorm (each Naive/PUP head has its own, the MLA neck one per tap) and the MLA encoder has no class token (the
+official one drops it before the blocks, which is the same computation). Two choices are the official code's
+where the paper is silent: the MLA head upsamples by 4 with `align_corners=True` and classifies with a 3×3
+convolution. Bilinear upsampling commutes with a 1×1 convolution (its weights sum to one), so "classify, then
+upsample" is "upsample, then classify", only cheaper.
+
+Glossary: B batch, H × W image, h × w token grid (H/p × W/p), D encoder width, K classes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .registry import get_config, register_config, register_model
+
+
+@dataclass
+class SegmentationOutput:
+    """logits (B, K, H, W) at the input's size; aux_logits: each auxiliary head's (B, K, H, W), in training only."""
+
+    logits: torch.Tensor
+    aux_logits: list[torch.Tensor] = field(default_factory=list)
+
+
+def resize(x: torch.Tensor, size: tuple[int, int], align_corners: bool = False) -> torch.Tensor:
+    return x if tuple(x.shape[-2:]) == tuple(size) else F.interpolate(x, size=size, mode="bilinear",
+                                                                      align_corners=align_corners)
+
+
+def tokens_to_map(tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+    """(B, h·w, D) -> (B, D, h, w)."""
+    return tokens.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], *grid)
+
+
+class SETRUpHead(nn.Module):
+    """The Naive and PUP decoders (the official VisionTransformerUpHead): LN on the tokens, `num_convs` ×
+    [conv → BN → ReLU], ×`up_scale` bilinear upsampling between them (and after the last with `upsample_last`),
+    a 1×1 classifier, then bilinear resizing to the input.
+
+    Naive: num_convs=1, kernel 1. PUP: num_convs=4, kernel 3, up_scale 2 (the fourth ×2 comes after the classifier,
+    as the final resize). PUP's auxiliary heads: num_convs=1, kernel 3, up_scale 4, upsample_last.
+    """
+
+    def __init__(self, dim: int, num_classes: int, channels: int = 256, num_convs: int = 1, kernel_size: int = 1,
+                 up_scale: int = 2, upsample_last: bool = False) -> None:
+        super().__init__()
+        self.num_convs, self.up_scale, self.upsample_last = num_convs, up_scale, upsample_last
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        for i in range(num_convs):
+            setattr(self, f"conv_{i}", nn.Conv2d(dim if i == 0 else channels, channels, kernel_size,
+                                                 padding=kernel_size // 2))
+            setattr(self, f"syncbn_fc_{i}", nn.BatchNorm2d(channels))
+        setattr(self, f"conv_{num_convs}", nn.Conv2d(channels, num_classes, 1))
+
+    def forward(self, tokens: torch.Tensor, grid: tuple[int, int], size: tuple[int, int]) -> torch.Tensor:
+        """tokens (B, h·w, D) patch tokens -> logits (B, K, *size)."""
+        x = tokens_to_map(self.norm(tokens), grid)
+        for i in range(self.num_convs):
+            x = F.relu(getattr(self, f"syncbn_fc_{i}")(getattr(self, f"conv_{i}")(x)))
+            if i < self.num_convs - 1 or self.upsample_last:
+                x = F.interpolate(x, scale_factor=self.up_scale, mode="bilinear", align_corners=False)
+        return resize(getattr(self, f"conv_{self.num_convs}")(x), size)
+
+
+def conv_bn_relu(cin: int, cout: int, kernel_size: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, kernel_size, padding=kernel_size // 2, bias=False),
+                         nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class MLA(nn.Module):
+    """Multi-level feature aggregation (§3.2, Fig. 1c): each tap to `channels` by a 1×1 conv, the streams summed
+    top-down from the deepest (p5) to the shallowest (p2), then a 3×3 conv per stream."""
+
+    def __init__(self, dim: int, channels: int = 256) -> None:
+        super().__init__()
+        for level in (2, 3, 4, 5):
+            setattr(self, f"mla_p{level}_1x1", conv_bn_relu(dim, channels, 1))
+            setattr(self, f"mla_p{level}", conv_bn_relu(channels, channels, 3))
+
+    def forward(self, maps: list[torch.Tensor]) -> list[torch.Tensor]:
+        """4 maps (B, D, h, w), shallowest first -> 4 maps (B, channels, h, w): p2 (all four summed) … p5."""
+        projected = [getattr(self, f"mla_p{level}_1x1")(x) for level, x in zip((2, 3, 4, 5), maps)]
+        summed = [projected[3]]
+        for x in reversed(projected[:3]):  # p4 + p5, then p3 + (p4 + p5), then p2 + …
+            summed.insert(0, summed[0] + x)
+        return [getattr(self, f"mla_p{level}")(x) for level, x in zip((2, 3, 4, 5), summed)]
+
+
+class MLANeck(nn.Module):
+    """A LayerNorm per tap (the official backbone.norm_0..3), then MLA."""
+
+    def __init__(self, dim: int, channels: int = 256) -> None:
+        super().__init__()
+        for i in range(4):
+            setattr(self, f"norm_{i}", nn.LayerNorm(dim, eps=1e-6))
+        self.mla = MLA(dim, channels)
+
+    def forward(self, taps: list[torch.Tensor], grid: tuple[int, int]) -> list[torch.Tensor]:
+        """4 × tokens (B, h·w, D) -> 4 × (B, channels, h, w)."""
+        return self.mla([tokens_to_map(getattr(self, f"norm_{i}")(t), grid) for i, t in enumerate(taps)])
+
+
+class MLAStreams(nn.Module):
+    """The MLA head's four streams: two 3×3 conv → BN → ReLU each (the official MLAHead, `head2` … `head5`)."""
+
+    def __init__(self, channels: int = 256, head_channels: int = 128) -> None:
+        super().__init__()
+        for level in (2, 3, 4, 5):
+            setattr(self, f"head{level}", nn.Sequential(*conv_bn_relu(channels, head_channels, 3),
+                                                        *conv_bn_relu(head_channels, head_channels, 3)))
+
+    def forward(self, maps: list[torch.Tensor]) -> torch.Tensor:
+        """4 × (B, channels, h, w) -> (B, 4·head_channels, 4h, 4w)."""
+        return torch.cat([F.interpolate(getattr(self, f"head{level}")(x), scale_factor=4, mode="bilinear",
+                                        align_corners=True) for level, x in zip((2, 3, 4, 5), maps)], 1)
+
+
+class MLAHead(nn.Module):
+    """The MLA decoder: the streams upsampled ×4 and concatenated, a 3×3 classifier, resized to the input."""
+
+    def __init__(self, num_classes: int, channels: int = 256, head_channels: int = 128) -> None:
+        super().__init__()
+        self.mlahead = MLAStreams(channels, head_channels)
+        self.cls = nn.Conv2d(4 * head_channels, num_classes, 3, padding=1)
+
+    def forward(self, maps: list[torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+        return resize(self.cls(self.mlahead(maps)), size)
+
+
+class MLAAuxHead(nn.Module):
+    """An MLA auxiliary head: a 1×1 classifier (no bias) on one stream, resized to the input."""
+
+    def __init__(self, num_classes: int, channels: int = 256) -> None:
+        super().__init__()
+        self.aux = nn.Conv2d(channels, num_classes, 1, bias=False)
+
+    def forward(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        return resize(self.aux(x), size)
+
+
+class SETR(nn.Module):
+    """images (B, C, H, W) -> SegmentationOutput: logits (B, K, H, W), and in training the auxiliary logits.
+
+    backbone: a vitlab VisionTransformer (no head; its final norm unused, as the official code has none).
+    decoder: "naive", "pup" or "mla". aux_layers: the blocks the auxiliary heads read (Naive and PUP); mla_layers:
+    the four blocks the MLA neck taps.
+    """
+
+    def __init__(self, backbone: nn.Module, decoder: str, num_classes: int, aux_layers: tuple[int, ...] = (),
+                 mla_layers: tuple[int, ...] = (), channels: int = 256, mla_channels: int = 256,
+                 mla_head_channels: int = 128, aux: bool = True) -> None:
+        super().__init__()
+        self.decoder, self.aux_layers, self.mla_layers = decoder, tuple(aux_layers), tuple(mla_layers)
+        self.backbone = backbone
+        self.backbone.norm = nn.Identity()  # the official encoder has no final norm; the heads norm their input
+        dim = backbone.config.dim
+        if decoder == "naive":
+            self.decode_head = SETRUpHead(dim, num_classes, channels, num_convs=1, kernel_size=1)
+            make_aux = lambda: SETRUpHead(dim, num_classes, channels, num_convs=1, kernel_size=1)  # noqa: E731
+        elif decoder == "pup":
+            patch = backbone.patch_embed.patch_size
+            stages = int(math.log2(patch[0])) if patch[0] == patch[1] and patch[0] & (patch[0] - 1) == 0 else 0
+            if stages < 1:
+                raise ValueError(f"PUP doubles the token grid back to the image: it needs a square power-of-2 patch, "
+                                 f"got {patch}")
+            # the paper's four stages for 16-pixel patches: one 2× stage per halving of the patch
+            self.decode_head = SETRUpHead(dim, num_classes, channels, num_convs=stages, kernel_size=3, up_scale=2)
+            make_aux = lambda: SETRUpHead(dim, num_classes, channels, num_convs=1, kernel_size=3,  # noqa: E731
+                                          up_scale=4, upsample_last=True)
+        elif decoder == "mla":
+            if len(self.mla_layers) != 4:
+                raise ValueError(f"MLA taps four layers, got mla_layers={mla_layers}")
+            self.neck = MLANeck(dim, mla_channels)
+            self.decode_head = MLAHead(num_classes, mla_channels, mla_head_channels)
+            make_aux = lambda: MLAAuxHead(num_classes, mla_channels)  # noqa: E731
+            self.aux_layers = tuple(range(4)) if aux else ()  # the aux heads read the MLA streams
+        else:
+            raise ValueError(f"decoder must be 'naive', 'pup' or 'mla', got {decoder!r}")
+        if not aux:
+            self.aux_layers = ()
+        self.auxiliary_head = nn.ModuleList(make_aux() for _ in self.aux_layers)
+
+    def forward(self, images: torch.Tensor) -> SegmentationOutput:
+        if images.ndim != 4:
+            raise ValueError(f"expected images (B, C, H, W), got shape {tuple(images.shape)}")
+        size = tuple(images.shape[-2:])
+        grid = self.backbone.patch_embed.grid_for(*size)
+        depth = len(self.backbone.blocks)
+        with_aux = self.training and len(self.auxiliary_head) > 0
+        if self.decoder == "mla":
+            taps = self.backbone.get_intermediate_layers(images, list(self.mla_layers))
+            streams = self.neck(list(taps), grid)
+            logits = self.decode_head(streams, size)
+            aux = [head(streams[i], size) for i, head in zip(self.aux_layers, self.auxiliary_head)] if with_aux \
+                else []
+            return SegmentationOutput(logits, aux)
+        wanted = [depth - 1] + (list(self.aux_layers) if with_aux else [])
+        order = sorted(set(i % depth for i in wanted))
+        taps = dict(zip(order, self.backbone.get_intermediate_layers(images, order)))
+        logits = self.decode_head(taps[depth - 1], grid, size)
+        aux = [head(taps[i % depth], grid, size) for i, head in zip(self.aux_layers, self.auxiliary_head)] \
+            if with_aux else []
+        return SegmentationOutput(logits, aux)
+
+    def encoder_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A ViT state dict in vitlab's (timm's) names -> the one self.backbone loads: the classifier and final norm
+        dropped, the position embedding resampled to the crop's grid, the class token dropped when this encoder
+        has none (MLA)."""
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "norm.", "fc_norm.", "head_dist."))}
+        if "cls_token" in state and self.backbone.num_prefix_tokens == 0:
+            state.pop("cls_token")
+            if "pos_embed" in state:
+                tokens = state["pos_embed"].shape[1]
+                if math.isqrt(tokens - 1) ** 2 == tokens - 1:  # a square grid after one class-token entry
+                    state["pos_embed"] = state["pos_embed"][:, 1:]
+        return self.backbone.adapt_checkpoint(state)
+
+    def no_weight_decay(self) -> set[str]:
+        return {f"backbone.{name}" for name in self.backbone.no_weight_decay()}
+
+
+@register_config
+@dataclass(frozen=True)
+class SETRConfig:
+    family: ClassVar[str] = "setr"
+
+    num_classes: int = 19
+    decoder: str = "pup"  # "naive" | "pup" | "mla"
+    encoder: str = "vit_large_patch16_384"  # any registered ViT
+    img_size: int = 768  # the training crop; the encoder's position embedding is resampled to its grid
+    patch_size: int | None = None  # the encoder's own unless given
+    dim: int | None = None
+    depth: int | None = None
+    num_heads: int | None = None
+    in_chans: int = 3
+    drop_path_rate: float = 0.0
+    channels: int = 256  # the Naive and PUP heads' width
+    mla_channels: int = 256
+    mla_head_channels: int = 128
+    aux: bool = True
+    aux_layers: tuple[int, ...] | None = None  # None: the paper's, scaled to the depth
+    mla_layers: tuple[int, ...] | None = None  # None: four evenly spaced, the last one last
+
+    def __post_init__(self) -> None:
+        if self.decoder not in ("naive", "pup", "mla"):
+            raise ValueError(f"decoder must be 'naive', 'pup' or 'mla', got {self.decoder!r}")
+
+    def encoder_config(self):
+        overrides = {k: getattr(self, k) for k in ("patch_size", "dim", "depth", "num_heads") if getattr(self, k)}
+        mla = self.decoder == "mla"
+        return get_config(self.encoder, num_classes=0, img_size=self.img_size, in_chans=self.in_chans,
+                          dynamic_img_size=True, drop_path_rate=self.drop_path_rate, class_token=not mla,
+                          global_pool="avg" if mla else "token", **overrides)
+
+    def layers(self, depth: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(aux_layers, mla_layers) for an encoder of `depth` blocks. The paper's, for 24: auxiliary heads at
+        blocks 10, 15, 20 (and 24 for PUP), MLA taps at 6, 12, 18, 24 (0-based: 9, 14, 19, 23 and 5, 11, 17, 23)."""
+        mla = self.mla_layers or tuple(depth * k // 4 - 1 for k in (1, 2, 3, 4))
+        if self.aux_layers is not None:
+            return self.aux_layers, mla
+        aux = tuple(round(depth * f) - 1 for f in (10 / 24, 15 / 24, 20 / 24))
+        return ((*aux, depth - 1) if self.decoder == "pup" else aux), mla
+
+    def build(self) -> SETR:
+        encoder = self.encoder_config()
+        aux_layers, mla_layers = self.layers(encoder.depth)
+        return SETR(encoder.build(), self.decoder, self.num_classes, aux_layers, mla_layers, self.channels,
+                    self.mla_channels, self.mla_head_channels, self.aux)
+
+
+# ---- presets -------------------------------------------------------------------------------------------------
+def _paper(decoder: str) -> SETRConfig:
+    """The paper's: ViT-L/16 (ImageNet-21k, fine-tuned at 384) on 768 crops, 19 Cityscapes classes."""
+    return SETRConfig(num_classes=19, decoder=decoder, encoder="vit_large_patch16_384", img_size=768)
+
+
+@register_model
+def setr_naive_vit_large_patch16_384() -> SETRConfig:
+    return _paper("naive")
+
+
+@register_model
+def setr_pup_vit_large_patch16_384() -> SETRConfig:
+    return _paper("pup")
+
+
+@register_model
+def setr_mla_vit_large_patch16_384() -> SETRConfig:
+    return _paper("mla")
+
+
+def _small(decoder: str) -> SETRConfig:
+    """For the scenes (128-pixel images, background + 10 classes) on 2 cores: a 6-block ViT of width 192 on
+    8-pixel patches (a 16 × 16 grid), decoders of width 64."""
+    return SETRConfig(num_classes=11, decoder=decoder, encoder="vit_tiny_patch16_224", img_size=128, patch_size=8,
+                      depth=6, channels=64, mla_channels=64, mla_head_channels=32)
+
+
+@register_model
+def setr_naive_small() -> SETRConfig:
+    return _small("naive")
+
+
+@register_model
+def setr_pup_small() -> SETRConfig:
+    return _small("pup")
+
+
+@register_model
+def setr_mla_small() -> SETRConfig:
+    return _small("mla")
