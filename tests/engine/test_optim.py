@@ -134,3 +134,26 @@ def test_glob_scales_pick_deformable_detrs_offset_predictors_as_the_official_rec
             expected[name] = 1.0
     assert got == expected
     assert sum(scale == 0.25 for scale in got.values()) == 2 * 6 + 2  # 3 + 3 layers' offsets, one reference head
+
+
+def test_poly_schedule_equals_torchs_polynomial_lr_and_sgd_has_momentum():
+    from vitlab.engine.config import LoopConfig
+    from vitlab.engine.loop import build_optimization
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    config = LoopConfig(lr=0.01, weight_decay=1e-4, optimizer="sgd", momentum=0.9, schedule="poly", poly_power=0.9,
+                        min_lr_ratio=0.0)
+    optimizer, schedule = build_optimization(model, config, total_steps=50, warmup_steps=0)
+    assert isinstance(optimizer, torch.optim.SGD) and all(g["momentum"] == 0.9 for g in optimizer.param_groups)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [1e-4, 0.0]  # no decay on biases and norms
+    reference = torch.optim.SGD(model.parameters(), lr=0.01)
+    polynomial = torch.optim.lr_scheduler.PolynomialLR(reference, total_iters=50, power=0.9)
+    for _ in range(50):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(reference.param_groups[0]["lr"], rel=1e-9, abs=1e-12)
+        optimizer.step()
+        schedule.step()
+        reference.step()
+        polynomial.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="momentum"):
+        LoopConfig(momentum=1.0)

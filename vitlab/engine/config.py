@@ -11,7 +11,8 @@ import torch
 
 from .options import check, check_choices, option
 
-SCHEDULES = ("cosine", "inverse_sqrt")
+SCHEDULES = ("cosine", "inverse_sqrt", "poly")
+OPTIMIZERS = ("adamw", "sgd")
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,17 @@ class LoopConfig:
                                default_text="the task's")
     batch_size: int = option(64, "examples per batch, per process")
     lr: float = option(1e-3, "peak learning rate, reached at the end of the warm-up")
-    weight_decay: float = option(0.05, "AdamW weight decay (never on biases, norms, embeddings and tokens)")
-    schedule: str = option("cosine", "learning-rate schedule: warm-up then cosine, or warm-up then 1/√step "
-                           "(Vaswani et al. §5.3)", choices=SCHEDULES)
+    weight_decay: float = option(0.05, "weight decay (never on biases, norms, embeddings and tokens)")
+    optimizer: str = option("adamw", "AdamW, or SGD with momentum (the segmentation papers')", choices=OPTIMIZERS)
+    momentum: float = option(0.9, "SGD's momentum")
+    schedule: str = option("cosine", "learning-rate schedule: warm-up then cosine, warm-up then 1/√step "
+                           "(Vaswani et al. §5.3), or warm-up then poly, lr·(1 − t/T)^power (SETR, DeepLab)",
+                           choices=SCHEDULES)
+    poly_power: float = option(0.9, "the poly schedule's power")
     warmup_epochs: float | None = option(None, "linear warm-up, in epochs", default_text="the task's")
     warmup_steps: int | None = option(None, "linear warm-up, in optimizer steps (wins over warmup_epochs)",
                                       default_text="the task's")
-    min_lr_ratio: float = option(0.01, "the cosine ends at lr × this")
+    min_lr_ratio: float = option(0.01, "the cosine (and poly) schedule ends at lr × this")
     betas: tuple[float, float] = option((0.9, 0.999), "AdamW's β1 β2", metavar="B")
     adam_eps: float = option(1e-8, "AdamW's ε")
     clip_grad: float = option(1.0, "max global gradient norm; 0 = off")
@@ -66,6 +71,8 @@ class LoopConfig:
         check(self.schedule != "inverse_sqrt" or bool(self.warmup_steps), "warmup_steps",
               "positive for the inverse_sqrt schedule", self.warmup_steps)
         check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "in [0, 1]", self.min_lr_ratio)
+        check(0 <= self.momentum < 1, "momentum", "in [0, 1)", self.momentum)
+        check(self.poly_power > 0, "poly_power", "positive", self.poly_power)
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas", "two numbers in [0, 1)",
               self.betas)
         check(self.clip_grad >= 0, "clip_grad", "0 (off) or more", self.clip_grad)

@@ -40,7 +40,7 @@ from tqdm import tqdm
 from .config import LoopConfig
 from .distributed import DistInfo, all_reduce_sum, barrier, gather_objects
 from .ema import ModelEma
-from .optim import build_optimizer, build_scheduler, inverse_sqrt, inverse_sqrt_scale
+from .optim import build_optimizer, build_scheduler, inverse_sqrt, inverse_sqrt_scale, warmup_poly
 from .rng import rng_state, set_rng_state, set_seed
 from .run import RunDir
 from .speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_compile
@@ -61,12 +61,16 @@ def has_epochs(loader: Any) -> bool:
 # ---- optimization: one optimizer and schedule per optimized module --------------------------------------------
 def build_optimization(model: nn.Module, config: LoopConfig, total_steps: int, warmup_steps: int,
                        lr_scales: dict[str, float] | None = None):
-    """AdamW over the model's parameter groups and its LambdaLR schedule, stepped once per optimizer step.
+    """AdamW or SGD over the model's parameter groups and its LambdaLR schedule, stepped once per optimizer step.
     lr_scales: the task's lr factors by parameter-name prefix (DETR's backbone)."""
     optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.layer_decay,
-                                eps=config.adam_eps, lr_scales=lr_scales)
+                                eps=config.adam_eps, lr_scales=lr_scales, kind=config.optimizer,
+                                momentum=config.momentum)
     if config.schedule == "cosine":
         return optimizer, build_scheduler(optimizer, total_steps, warmup_steps, config.min_lr_ratio)
+    if config.schedule == "poly":
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_poly(
+            s, total_steps, warmup_steps, config.poly_power, config.min_lr_ratio))
     scale = inverse_sqrt_scale(1.0, 1, warmup_steps)  # the paper's shape, peaking at 1 × lr
     # LambdaLR counts from 0, the paper from 1
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s + 1, 1, warmup_steps, scale))
@@ -85,7 +89,7 @@ def schedule_length(config: LoopConfig, steps_per_epoch: int | None) -> tuple[in
         warmup = config.warmup_steps
     else:
         warmup = round((config.warmup_epochs or 0.0) * (steps_per_epoch or 0))
-    if config.schedule == "cosine":
+    if config.schedule in ("cosine", "poly"):
         warmup = min(warmup, total // 2)  # a warm-up longer than half the run would leave no room for the decay
     return total, warmup
 

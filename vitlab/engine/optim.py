@@ -63,10 +63,16 @@ def _top_layer_id(model: nn.Module, layer_decay: float | None) -> int:
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999),
                     layer_decay: float | None = None, eps: float = 1e-8,
-                    lr_scales: dict[str, float] | None = None) -> torch.optim.AdamW:
+                    lr_scales: dict[str, float] | None = None, kind: str = "adamw",
+                    momentum: float = 0.9) -> torch.optim.Optimizer:
+    """AdamW (kind="adamw") or SGD with momentum (kind="sgd") over `param_groups`."""
     groups = param_groups(model, weight_decay, layer_decay, lr_scales)
     for group in groups:
         group["lr"] = lr * group["lr_scale"]
+    if kind == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    if kind != "adamw":
+        raise ValueError(f"optimizer must be 'adamw' or 'sgd', got {kind!r}")
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps)
 
 
@@ -76,6 +82,15 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int, min_ratio: flo
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_poly(step: int, total_steps: int, warmup_steps: int, power: float = 0.9, min_ratio: float = 0.0) -> float:
+    """Learning-rate multiplier: linear warm-up to 1, then (1 − t/T)^power from 1 down to `min_ratio` (the "poly"
+    schedule of DeepLab and SETR; mmcv's, with min_lr = lr · min_ratio)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1.0 - min_ratio) * (1.0 - progress) ** power
 
 
 def build_scheduler(
