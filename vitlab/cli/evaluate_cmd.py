@@ -1,6 +1,6 @@
 """`vitlab eval RUN_DIR`: evaluate a trained run on its held-out data, by the run's task (read from config.json):
 accuracy, per-class accuracy and confusion matrix for classification; exact-sequence accuracy for seq2seq; COCO's
-box AP and AR for detection."""
+box AP and AR for detection; per-class IoU, mIoU and pixel accuracy for segmentation."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
-    image = p.add_argument_group("classification and detection")
+    image = p.add_argument_group("classification, detection and segmentation")
     image.add_argument("--data", help="classification: 'fashion-mnist' or an image folder; detection: a COCO-format "
-                       "folder with the run's categories (default: the run's own data)")
+                       "folder with the run's categories; segmentation: a folder of images and masks with the run's "
+                       "classes (default: the run's own data)")
     image.add_argument("--data-dir", help="where Fashion-MNIST's files are (default: the run's, then the usual "
                        "places)")
     image.add_argument("--batch-size", type=int, help="evaluation batch size (default: classification 256, "
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if task.name == "classification":
         options = {"data": args.data, "data_dir": args.data_dir, "batch_size": args.batch_size or 256,
                    "bf16": args.bf16, "compile": args.compile, "plot": args.plot}
-    elif task.name == "detection":
+    elif task.name in ("detection", "segmentation"):
         options = {"data": args.data, "batch_size": args.batch_size}
     else:
         options = {"beam_size": args.beam_size}

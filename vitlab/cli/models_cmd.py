@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
 import torch
 
@@ -22,12 +23,16 @@ def run(args: argparse.Namespace) -> int:
     names = list_models(args.pattern)
     if not names:
         raise ValueError(f"no registered model matches {args.pattern!r}; try `vitlab models` for all of them")
-    print(f"{'model':<26} {'image':>9} {'patch':>7} {'dim':>5} {'depth':>5} {'heads':>5} {'classes':>7} {'params':>13}")
+    print(f"{'model':<32} {'image':>9} {'patch':>7} {'dim':>5} {'depth':>5} {'heads':>5} {'classes':>7} {'params':>13}")
     for name in names:
         with torch.device("meta"):  # count without allocating
             model = create_model(name)
         c = model.config
-        print(f"{name:<26} {_size(c.img_size):>9} {_size(getattr(c, 'patch_size', None)):>7} "
+        if hasattr(c, "encoder_config"):  # SETR: the sizes of its ViT encoder
+            encoder = c.encoder_config()
+            c = SimpleNamespace(img_size=encoder.img_size, patch_size=encoder.patch_size, dim=encoder.dim,
+                                depth=encoder.depth, num_heads=encoder.num_heads, num_classes=c.num_classes)
+        print(f"{name:<32} {_size(c.img_size):>9} {_size(getattr(c, 'patch_size', None)):>7} "
               f"{getattr(c, 'dim', '—')!s:>5} {_depth(c):>5} {getattr(c, 'num_heads', '—')!s:>5} {c.num_classes:>7} "
               f"{count_parameters(model):>13,}")
     return 0

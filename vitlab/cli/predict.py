@@ -18,9 +18,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
-    detection = p.add_argument_group("detection")
-    detection.add_argument("--out", metavar="DIR", help="write each image with its boxes drawn here, as NAME.png "
-                           "(default: write nothing)")
+    detection = p.add_argument_group("detection and segmentation")
+    detection.add_argument("--out", metavar="DIR", help="detection: write each image with its boxes drawn here, as "
+                           "NAME.png; segmentation: its class mask (NAME_mask.png, a palette PNG of class indices) and "
+                           "an overlay (NAME_overlay.png) (default: write nothing)")
     detection.add_argument("--threshold", type=float, default=0.5, help="show detections scoring above this "
                            "(default: 0.5)")
     p.set_defaults(run=run)

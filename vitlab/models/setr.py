@@ -208,19 +208,23 @@ class SETR(nn.Module):
         depth = len(self.backbone.blocks)
         with_aux = self.training and len(self.auxiliary_head) > 0
         if self.decoder == "mla":
-            taps = self.backbone.get_intermediate_layers(images, list(self.mla_layers))
-            streams = self.neck(list(taps), grid)
+            streams = self.neck(self.taps(images, self.mla_layers), grid)
             logits = self.decode_head(streams, size)
             aux = [head(streams[i], size) for i, head in zip(self.aux_layers, self.auxiliary_head)] if with_aux \
                 else []
             return SegmentationOutput(logits, aux)
-        wanted = [depth - 1] + (list(self.aux_layers) if with_aux else [])
-        order = sorted(set(i % depth for i in wanted))
-        taps = dict(zip(order, self.backbone.get_intermediate_layers(images, order)))
-        logits = self.decode_head(taps[depth - 1], grid, size)
-        aux = [head(taps[i % depth], grid, size) for i, head in zip(self.aux_layers, self.auxiliary_head)] \
-            if with_aux else []
+        layers = (depth - 1, *self.aux_layers) if with_aux else (depth - 1,)
+        last, *taps = self.taps(images, layers)
+        logits = self.decode_head(last, grid, size)
+        aux = [head(tokens, grid, size) for tokens, head in zip(taps, self.auxiliary_head)]
         return SegmentationOutput(logits, aux)
+
+    def taps(self, images: torch.Tensor, layers: tuple[int, ...]) -> list[torch.Tensor]:
+        """The patch tokens (B, h·w, D) after each of `layers` (repeats allowed), one pass through the encoder."""
+        depth = len(self.backbone.blocks)
+        unique = sorted({i % depth for i in layers})
+        outputs = dict(zip(unique, self.backbone.get_intermediate_layers(images, unique)))
+        return [outputs[i % depth] for i in layers]
 
     def encoder_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A ViT state dict in vitlab's (timm's) names -> the one self.backbone loads: the classifier and final norm
@@ -275,17 +279,19 @@ class SETRConfig:
     def layers(self, depth: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(aux_layers, mla_layers) for an encoder of `depth` blocks. The paper's, for 24: auxiliary heads at
         blocks 10, 15, 20 (and 24 for PUP), MLA taps at 6, 12, 18, 24 (0-based: 9, 14, 19, 23 and 5, 11, 17, 23)."""
-        mla = self.mla_layers or tuple(depth * k // 4 - 1 for k in (1, 2, 3, 4))
+        mla = self.mla_layers or tuple(max(0, depth * k // 4 - 1) for k in (1, 2, 3, 4))
         if self.aux_layers is not None:
             return self.aux_layers, mla
-        aux = tuple(round(depth * f) - 1 for f in (10 / 24, 15 / 24, 20 / 24))
+        aux = tuple(max(0, round(depth * f) - 1) for f in (10 / 24, 15 / 24, 20 / 24))
         return ((*aux, depth - 1) if self.decoder == "pup" else aux), mla
 
     def build(self) -> SETR:
         encoder = self.encoder_config()
         aux_layers, mla_layers = self.layers(encoder.depth)
-        return SETR(encoder.build(), self.decoder, self.num_classes, aux_layers, mla_layers, self.channels,
-                    self.mla_channels, self.mla_head_channels, self.aux)
+        model = SETR(encoder.build(), self.decoder, self.num_classes, aux_layers, mla_layers, self.channels,
+                     self.mla_channels, self.mla_head_channels, self.aux)
+        model.config = self
+        return model
 
 
 # ---- presets -------------------------------------------------------------------------------------------------

@@ -1,0 +1,118 @@
+"""A finished segmentation run: `vitlab eval RUN` (per-class IoU, mIoU and pixel accuracy on the val split, or on
+another folder with the run's classes) and `vitlab predict RUN IMAGE... --out DIR` (each image's class mask as a
+palette PNG, whose pixel values are the class indices, and an overlay of its colours on the image)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+from torchvision.transforms.v2 import functional as TF
+
+from ...atomic import atomic_write
+from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
+from ...data.folder import load_image
+from ...data.segmentation import (
+    SegmentationDataset,
+    find_segmentation_split,
+    pad_collate_masks,
+    segmentation_transforms,
+)
+from ...engine.loaders import EpochDataLoader
+from .metrics import scores
+from .sliding import sliding_window_logits
+
+
+def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
+                 batch_size: int | None = None, **_: Any) -> dict[str, Any]:
+    """mIoU, pixel accuracy and each class's IoU (None where a class is neither present nor predicted) of the run's
+    model on the val split of its own data, or of `data`."""
+    folder = data or saved["data"]["path"]
+    classes = saved["data"]["classes"]
+    pairs, names = find_segmentation_split(folder, "val")
+    if names and names != classes:
+        raise ValueError(f"{folder} names the classes {names}, the run was trained on {classes}; evaluate on data "
+                         f"with the run's classes")
+    dataset = SegmentationDataset(pairs, len(classes), transforms=segmentation_transforms(
+        False, saved["data"]["crop_size"], mean=IMAGENET_MEAN, std=IMAGENET_STD))
+    loader = EpochDataLoader(dataset, batch_size or task.config.eval_batch_size, pad=False,
+                             collate_fn=pad_collate_masks)
+    start = time.perf_counter()
+    result = scores(task.confusion(model, loader, len(classes)))
+    per_class = {name: (None if math.isnan(v) else v) for name, v in zip(classes, result["iou_per_class"])}
+    return {"miou": result["miou"], "pixel_acc": result["pixel_acc"], "iou_per_class": per_class,
+            "num_images": len(dataset), "images_per_s": len(dataset) / (time.perf_counter() - start),
+            "data": str(folder), "run_dir": str(run_dir)}
+
+
+def format_evaluation(result: dict[str, Any], which: str) -> str:
+    lines = [f"segmentation on {result['num_images']} images of {result['data']} ({result['run_dir']}, {which})",
+             f"mIoU {result['miou']:.4f}   pixel accuracy {result['pixel_acc']:.4f}", "class IoU:"]
+    width = max(len(name) for name in result["iou_per_class"])
+    lines += [f"  {name:<{width}}  {'—' if iou is None else f'{iou:.4f}'}"
+              for name, iou in result["iou_per_class"].items()]
+    return "\n".join(lines)
+
+
+def palette(num_classes: int) -> np.ndarray:
+    """(num_classes, 3) uint8 colours: Pascal VOC's colour map (the bits of the index spread over R, G and B), so
+    that VOC masks and vitlab's look the same; class 0 black."""
+    colours = np.zeros((max(num_classes, 256), 3), dtype=np.uint8)
+    for index in range(len(colours)):
+        value, r, g, b = index, 0, 0, 0
+        for bit in range(8):
+            r |= ((value >> 0) & 1) << (7 - bit)
+            g |= ((value >> 1) & 1) << (7 - bit)
+            b |= ((value >> 2) & 1) << (7 - bit)
+            value >>= 3
+        colours[index] = (r, g, b)
+    return colours
+
+
+@torch.inference_mode()
+def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], out: str | None = None,
+                  **_: Any) -> list[dict[str, Any]]:
+    """Each image's per-pixel classes (sliding windows at the run's crop size): the share of the image each class
+    covers; with `out`, NAME_mask.png (a palette PNG: pixel value = class index) and NAME_overlay.png there."""
+    classes = saved["data"]["classes"]
+    model.eval()
+    device = next(model.parameters()).device
+    crop = saved["data"]["crop_size"]
+    stride = task.config.stride or max(1, crop * 2 // 3)
+    colours = palette(len(classes))
+    results = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no image at {path}")
+        pixels = TF.to_dtype(TF.to_image(load_image(path, 3)), torch.float32, scale=True)  # (3, H, W) in [0, 1]
+        image = TF.normalize(pixels, list(IMAGENET_MEAN), list(IMAGENET_STD))
+        logits = sliding_window_logits(model, image[None].to(device), crop, stride, task.config.eval_batch_size)
+        mask = logits.argmax(1)[0].cpu().numpy().astype(np.uint8)  # (H, W)
+        counts = np.bincount(mask.ravel(), minlength=len(classes))
+        item: dict[str, Any] = {"input": str(path), "size": list(mask.shape),
+                                "classes": {classes[i]: round(float(c) / mask.size, 4) for i, c in enumerate(counts)
+                                            if c}}
+        if out:
+            folder = Path(out)
+            folder.mkdir(parents=True, exist_ok=True)
+            stem = Path(path).stem
+            indexed = Image.fromarray(mask, mode="P")
+            indexed.putpalette(colours.ravel().tolist())
+            overlay = (0.5 * (pixels.permute(1, 2, 0).numpy() * 255) + 0.5 * colours[mask]).round().astype(np.uint8)
+            item["mask"], item["overlay"] = str(folder / f"{stem}_mask.png"), str(folder / f"{stem}_overlay.png")
+            for target, picture in ((item["mask"], indexed), (item["overlay"], Image.fromarray(overlay))):
+                atomic_write(Path(target), lambda f, picture=picture: picture.save(f, format="PNG"), mode="wb")
+        results.append(item)
+    return results
+
+
+def format_prediction(item: dict[str, Any]) -> str:
+    found = ", ".join(f"{name} {share:.1%}" for name, share in sorted(item["classes"].items(), key=lambda kv: -kv[1]))
+    written = f" -> {item['mask']}, {item['overlay']}" if "mask" in item else ""
+    return f"{item['input']}: {found}{written}"

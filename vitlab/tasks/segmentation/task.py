@@ -1,0 +1,201 @@
+"""Semantic segmentation with SETR on the loop: any folder of images with class-index masks (the scenes, Pascal
+VOC's layout, images/ + masks/), pixel-wise cross-entropy with the auxiliary heads' losses, and mIoU on the val
+split by sliding-window inference.
+
+A batch is (images (B, 3, H, W) ImageNet-normalised, masks (B, H, W) int64 with 255 where nothing is scored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
+from ...data.segmentation import (
+    IGNORE_INDEX,
+    SegmentationDataset,
+    count_classes,
+    find_segmentation_split,
+    pad_collate_masks,
+    segmentation_transforms,
+)
+from ...engine.distributed import DistInfo, all_reduce_sum
+from ...engine.loaders import EpochDataLoader
+from ...engine.loop import TaskData
+from ...engine.options import OptionError
+from ...models.registry import create_model, get_config
+from ..base import Task
+from .config import SegmentationConfig
+from .metrics import confusion_matrix, scores
+from .sliding import sliding_window_logits
+
+
+def pixel_cross_entropy(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the scored pixels (0 when a batch has none, instead of NaN)."""
+    total = F.cross_entropy(logits, masks, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (masks != IGNORE_INDEX).sum().clamp(min=1)
+
+
+class SegmentationTask(Task):
+    name: ClassVar[str] = "segmentation"
+    Config: ClassVar[type] = SegmentationConfig
+    best: ClassVar[tuple[str, str]] = ("miou", "max")
+    sample_name: ClassVar[str] = "images"
+    resumable: ClassVar[tuple[str, ...]] = ("data",)
+
+    def __init__(self, config: SegmentationConfig, loop=None, dist: DistInfo | None = None) -> None:
+        for key in ("data", "weights"):
+            if getattr(config, key):
+                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
+        super().__init__(config, loop, dist)
+
+    @classmethod
+    def loop_defaults(cls, config: SegmentationConfig) -> dict[str, Any]:
+        # the paper's: SGD with momentum 0.9, lr 0.01 (the heads at 10×), no weight decay, poly with power 0.9 down
+        # to 1e-4, no warm-up, no clipping
+        return {"epochs": 40, "batch_size": 8, "lr": 0.01, "weight_decay": 0.0, "optimizer": "sgd",
+                "momentum": 0.9, "schedule": "poly", "poly_power": 0.9, "min_lr_ratio": 0.01,
+                "warmup_epochs": 0.0, "clip_grad": 0.0}
+
+    # -- data ----------------------------------------------------------------------------------------------------
+    def crop_size(self) -> int:
+        return self.config.crop_size or int(get_config(self.config.model).img_size)
+
+    def datasets(self, train_transforms: bool = True) -> tuple[SegmentationDataset, SegmentationDataset]:
+        c = self.config
+        if not c.data:
+            raise OptionError("data", "is needed: give a segmentation folder (`vitlab make-scenes --out DIR` makes "
+                              "one from Fashion-MNIST)")
+        train_pairs, names = find_segmentation_split(c.data, "train")
+        val_pairs, _ = find_segmentation_split(c.data, "val")
+        num_classes = c.num_classes or (len(names) if names else count_classes(train_pairs + val_pairs))
+        if names and len(names) != num_classes:
+            raise OptionError("num_classes", f"is {num_classes}, but {c.data} names {len(names)} classes ({names})")
+        self.class_names = names or [f"class_{i}" for i in range(num_classes)]
+        norm = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+        crop = self.crop_size()
+        train = SegmentationDataset(train_pairs, num_classes, transforms=segmentation_transforms(
+            train_transforms, crop, (c.scale_min, c.scale_max), c.hflip, **norm))
+        val = SegmentationDataset(val_pairs, num_classes, transforms=segmentation_transforms(False, crop, **norm))
+        return train, val
+
+    def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
+        self.train_set, self.val_set = self.datasets()
+        loop, dist = self.loop, self.dist
+        shard = {"num_replicas": dist.world_size, "rank": dist.rank}
+        train = EpochDataLoader(self.train_set, loop.batch_size, shuffle=True,
+                                drop_last=len(self.train_set) > loop.batch_size * dist.world_size,
+                                num_workers=loop.workers, seed=loop.seed, collate_fn=pad_collate_masks, **shard)
+        val = EpochDataLoader(self.val_set, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
+                              collate_fn=pad_collate_masks, **shard)
+        return TaskData(train=train, eval=val)
+
+    def run_info(self) -> dict[str, Any]:
+        return {"data": {"path": self.config.data, "classes": self.class_names, "num_train": len(self.train_set),
+                         "num_val": len(self.val_set), "crop_size": self.crop_size(), "mean": list(IMAGENET_MEAN),
+                         "std": list(IMAGENET_STD)}}
+
+    def check_resume(self, saved: dict[str, Any]) -> None:
+        data = saved["data"]
+        if self.class_names != data["classes"] or len(self.train_set) != data["num_train"]:
+            raise ValueError(f"the data of this run changed since it started ({data['classes']}, {data['num_train']} "
+                             f"training images; now {self.class_names}, {len(self.train_set)}); resume on the same "
+                             f"data or start a new run")
+
+    # -- model and loss ------------------------------------------------------------------------------------------
+    def build_model(self, num_classes: int | None = None) -> nn.Module:
+        c = self.config
+        if get_config(c.model).family != "setr":
+            raise OptionError("model", f"must be a SETR model (vitlab models 'setr*'), got {c.model!r}")
+        classes = num_classes or len(self.class_names)
+        model = create_model(c.model, num_classes=classes, img_size=self.crop_size())
+        if c.weights:
+            load_start(model, c.weights)
+        return model
+
+    def lr_scales(self) -> dict[str, float]:
+        """The decoder and the auxiliary heads train at head_lr_mult × the lr (the official recipe's 10×)."""
+        return {"decode_head.": self.config.head_lr_mult, "auxiliary_head.": self.config.head_lr_mult}
+
+    def loss(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        images, masks = batch
+        out = model(images)
+        main = pixel_cross_entropy(out.logits, masks)
+        losses = {"loss_main": main}
+        total = main
+        if out.aux_logits and self.config.aux_weight > 0:
+            aux = sum(pixel_cross_entropy(logits, masks) for logits in out.aux_logits)
+            total = total + self.config.aux_weight * aux
+            losses["loss_aux"] = aux
+        return {"loss": total, **{k: v.detach() for k, v in losses.items()}}
+
+    def num_samples(self, batch) -> int:
+        return len(batch[0])
+
+    # -- evaluation ----------------------------------------------------------------------------------------------
+    def window(self) -> tuple[int, int]:
+        crop = self.crop_size()
+        return crop, self.config.stride or max(1, crop * 2 // 3)
+
+    @torch.no_grad()
+    def confusion(self, model: nn.Module, loader, num_classes: int) -> torch.Tensor:
+        """The (K, K) confusion matrix of every pixel of the loader's images, summed over processes."""
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        crop, stride = self.window()
+        matrix = torch.zeros(num_classes, num_classes, dtype=torch.int64)
+        for images, masks in loader:
+            logits = sliding_window_logits(model, images.to(device), crop, stride, self.config.eval_batch_size)
+            matrix += confusion_matrix(logits.argmax(1).cpu(), masks, num_classes)
+        model.train(was_training)
+        summed = all_reduce_sum([float(v) for v in matrix.flatten().tolist()], self.dist)
+        return torch.tensor(summed, dtype=torch.float64).round().long().view(num_classes, num_classes)
+
+    def evaluate(self, model: nn.Module, data) -> dict[str, float]:
+        """mIoU and pixel accuracy over the whole val split (one confusion matrix, sliding windows)."""
+        result = scores(self.confusion(model, data, data.dataset.num_classes))
+        return {"miou": result["miou"], "pixel_acc": result["pixel_acc"]}
+
+    # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
+    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
+        from .inference import evaluate_run
+
+        return evaluate_run(self, model, saved, run_dir, **options)
+
+    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
+        from .inference import format_evaluation
+
+        return format_evaluation(result, which)
+
+    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], **options: Any
+                ) -> list[dict[str, Any]]:
+        from .inference import predict_files
+
+        return predict_files(self, model, saved, inputs, **options)
+
+    def format_prediction(self, item: dict[str, Any]) -> str:
+        from .inference import format_prediction
+
+        return format_prediction(item)
+
+
+def load_start(model: nn.Module, path: str) -> None:
+    """Weights to start from: a SETR (a run, or a file in vitlab's names) loads whole; any ViT checkpoint vitlab
+    reads starts the encoder (its head and final norm left out, positions resampled to the crop)."""
+    from ...interop.formats import read_checkpoint
+    from ...interop.weights import load_weights, set_norm_eps
+    from ..classification.task import weights_file
+
+    state, info = read_checkpoint(weights_file(path))
+    if any(key.startswith(("decode_head.", "backbone.")) for key in state):
+        load_weights(model, state)
+        return
+    if info.norm_eps is not None:
+        set_norm_eps(model.backbone, info.norm_eps)
+    load_weights(model.backbone, model.encoder_state(state))
