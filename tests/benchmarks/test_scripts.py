@@ -104,6 +104,20 @@ def test_deformable_detr_scenes_benchmark_compares_the_two_detectors(tmp_path):
     assert "| deformable_detr_small |" in result["table"] and out.with_suffix(".png").is_file()
 
 
+@pytest.mark.slow
+def test_setr_scenes_benchmark_scores_every_model(tmp_path):
+    data = _tiny_scenes(tmp_path)
+    out = tmp_path / "setr_scenes.json"
+    _load_script("setr_scenes").main(["--quick", "--data", str(data), "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert list(result["results"]) == ["setr_naive_small", "setr_pup_small", "setr_mla_small", "lraspp"]
+    for run in result["results"].values():
+        assert run["curve"] and all(0 <= row["miou"] <= 1 and row["train_min"] > 0 for row in run["curve"])
+    best = max(max(row["miou"] for row in r["curve"]) for m, r in result["results"].items() if m != "lraspp")
+    assert result["bar"]["best_setr_miou"] == best and result["bar"]["miou_target"] == 0.6
+    assert "| setr_pup_small |" in result["table"] and out.with_suffix(".png").is_file()
+
+
 def test_deform_attn_speed_benchmark_times_both_cores(tmp_path):
     rows = _load_script("deform_attn_speed").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
     assert [(r["shape"], r["mode"]) for r in rows] == [(s, m) for s in ("encoder", "decoder")
