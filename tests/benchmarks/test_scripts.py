@@ -118,6 +118,15 @@ def test_setr_scenes_benchmark_scores_every_model(tmp_path):
     assert "| setr_pup_small |" in result["table"] and out.with_suffix(".png").is_file()
 
 
+def test_setr_speed_benchmark_times_the_encoder_against_the_vit(tmp_path):
+    rows = _load_script("setr_speed").main(["--quick", "--models", "setr_pup_small", "--out", str(tmp_path),
+                                            "--tag", "t"])
+    assert [r["mode"] for r in rows] == ["inference", "train forward + backward"]
+    assert all(r["encoder_ms"] > 0 and r["vit_ms"] > 0 and r["whole_ms"] > 0 and r["decoder_share"] < 1
+               for r in rows)
+    assert "decoders' share" in (tmp_path / "t.md").read_text()
+
+
 def test_deform_attn_speed_benchmark_times_both_cores(tmp_path):
     rows = _load_script("deform_attn_speed").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
     assert [(r["shape"], r["mode"]) for r in rows] == [(s, m) for s in ("encoder", "decoder")
