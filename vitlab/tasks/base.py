@@ -15,6 +15,7 @@ It never writes its own loop.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, ClassVar
 
 from torch import nn
@@ -31,6 +32,9 @@ class Task:
     sample_name: ClassVar[str] = "samples"  # what the training throughput counts ("images" -> train_images_per_s)
     extra_files: ClassVar[tuple[str, ...]] = ()  # files the task writes into a run folder besides the loop's
     resumable: ClassVar[tuple[str, ...]] = ()  # task options a resumed run may change
+    # the module with a finished run's evaluate_run, format_evaluation, predict_files and format_prediction, imported
+    # only when `vitlab eval` / `vitlab predict` need it (detection's and segmentation's `inference.py`)
+    inference_module: ClassVar[str | None] = None
 
     def __init__(self, config: Any, loop: LoopConfig | None = None, dist: DistInfo | None = None) -> None:
         self.config = config
@@ -76,3 +80,22 @@ class Task:
 
     def check_resume(self, saved: dict[str, Any]) -> None:
         """Refuse to resume on data other than the run's own (`saved` is the run's config.json)."""
+
+    # -- a finished run: `vitlab eval` and `vitlab predict`, through `inference_module` ------------------------
+    def _inference(self):
+        if self.inference_module is None:
+            raise NotImplementedError(f"the {self.name} task has no evaluation or prediction of a finished run")
+        return importlib.import_module(self.inference_module)
+
+    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
+        return self._inference().evaluate_run(self, model, saved, run_dir, **options)
+
+    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
+        return self._inference().format_evaluation(result, which)
+
+    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], **options: Any
+                ) -> list[dict[str, Any]]:
+        return self._inference().predict_files(self, model, saved, inputs, **options)
+
+    def format_prediction(self, item: dict[str, Any]) -> str:
+        return self._inference().format_prediction(item)

@@ -56,6 +56,7 @@ class DetectionTask(Task):
     best: ClassVar[tuple[str, str]] = ("map", "max")
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data",)
+    inference_module: ClassVar[str] = "vitlab.tasks.detection.inference"
 
     def __init__(self, config: DetectionConfig, loop=None, dist: DistInfo | None = None) -> None:
         if config.data:
@@ -185,25 +186,3 @@ class DetectionTask(Task):
         ground_truth = json.loads(Path(data.dataset.annotations_file).read_text())
         metrics = coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])
         return {**metrics, "num_detections": len(detections)}
-
-    # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
-    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
-        from .inference import evaluate_run
-
-        return evaluate_run(self, model, saved, run_dir, **options)
-
-    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
-        from .inference import format_evaluation
-
-        return format_evaluation(result, which)
-
-    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], **options: Any
-                ) -> list[dict[str, Any]]:
-        from .inference import predict_files
-
-        return predict_files(self, model, saved, inputs, **options)
-
-    def format_prediction(self, item: dict[str, Any]) -> str:
-        from .inference import format_prediction
-
-        return format_prediction(item)

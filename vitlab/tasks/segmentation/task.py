@@ -47,6 +47,7 @@ class SegmentationTask(Task):
     best: ClassVar[tuple[str, str]] = ("miou", "max")
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data",)
+    inference_module: ClassVar[str] = "vitlab.tasks.segmentation.inference"
 
     def __init__(self, config: SegmentationConfig, loop=None, dist: DistInfo | None = None) -> None:
         for key in ("data", "weights"):
@@ -161,28 +162,6 @@ class SegmentationTask(Task):
         """mIoU and pixel accuracy over the whole val split (one confusion matrix, sliding windows)."""
         result = scores(self.confusion(model, data, data.dataset.num_classes))
         return {"miou": result["miou"], "pixel_acc": result["pixel_acc"]}
-
-    # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
-    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
-        from .inference import evaluate_run
-
-        return evaluate_run(self, model, saved, run_dir, **options)
-
-    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
-        from .inference import format_evaluation
-
-        return format_evaluation(result, which)
-
-    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], **options: Any
-                ) -> list[dict[str, Any]]:
-        from .inference import predict_files
-
-        return predict_files(self, model, saved, inputs, **options)
-
-    def format_prediction(self, item: dict[str, Any]) -> str:
-        from .inference import format_prediction
-
-        return format_prediction(item)
 
 
 def load_start(model: nn.Module, path: str) -> None:
