@@ -11,13 +11,15 @@ from ..models.deformable_detr import DeformableDETRConfig
 from ..models.deit import DeiTConfig
 from ..models.detr import DETRConfig
 from ..models.registry import apply_overrides, get_config, list_models
+from ..models.setr import SETRConfig
 from ..models.vit import ViTConfig
 from .formats import read_checkpoint
 from .weights import load_model, load_weights, save_weights
 
 # fields a checkpoint decides even when the user names a model: its head and its resolution
 CHECKPOINT_DECIDES = ("num_classes", "img_size", "in_chans")
-DETECTORS = {"detr": DETRConfig, "deformable_detr": DeformableDETRConfig}
+# families whose checkpoints say everything about the architecture (a config.json or their shapes)
+WHOLE_ARCHITECTURE = {"detr": DETRConfig, "deformable_detr": DeformableDETRConfig, "setr": SETRConfig}
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:
@@ -32,8 +34,8 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
         return load_model(path)
     arch = dict(info.architecture)
     family = arch.pop("family", None)
-    if family in DETECTORS:  # a detector: its config.json or its shapes say everything
-        config = get_config(model_name, **arch) if model_name else DETECTORS[family](**arch)
+    if family in WHOLE_ARCHITECTURE:
+        config = get_config(model_name, **arch) if model_name else WHOLE_ARCHITECTURE[family](**arch)
         model = config.build()
         model.model_name = model_name
         return load_weights(model, path)

@@ -24,6 +24,7 @@ Glossary: B batch, H × W image, h × w token grid (H/p × W/p), D encoder width
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -171,6 +172,7 @@ class SETR(nn.Module):
                  mla_head_channels: int = 128, aux: bool = True) -> None:
         super().__init__()
         self.decoder, self.aux_layers, self.mla_layers = decoder, tuple(aux_layers), tuple(mla_layers)
+        self.num_classes = num_classes
         self.backbone = backbone
         self.backbone.norm = nn.Identity()  # the official encoder has no final norm; the heads norm their input
         dim = backbone.config.dim
@@ -238,6 +240,24 @@ class SETR(nn.Module):
                 if math.isqrt(tokens - 1) ** 2 == tokens - 1:  # a square grid after one class-token entry
                     state["pos_embed"] = state["pos_embed"][:, 1:]
         return self.backbone.adapt_checkpoint(state)
+
+    def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A whole SETR's state dict changed where fine-tuning expects it to differ: the encoder's position
+        embedding resampled to this model's crop, and classifiers for another class count (say, Cityscapes' 19)
+        given way to this model's fresh ones, with a warning. Whatever else differs is left to the loader."""
+        encoder = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
+        state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
+        state.update({f"backbone.{k}": v for k, v in self.backbone.adapt_checkpoint(encoder).items()})
+        target = self.state_dict()
+        classifiers = [k for k, v in target.items() if k.startswith(("decode_head.", "auxiliary_head.")) and k in state
+                       and v.ndim > 0 and state[k].ndim == v.ndim and v.shape[0] == self.num_classes
+                       and state[k].shape[0] != v.shape[0] and state[k].shape[1:] == v.shape[1:]]
+        if classifiers:
+            old = state[classifiers[0]].shape[0]
+            warnings.warn(f"the checkpoint's classifiers have {old} classes, the model {self.num_classes}: keeping "
+                          f"the rest and starting new classifiers (the fine-tuning case)", stacklevel=2)
+            state.update({k: target[k] for k in classifiers})
+        return state
 
     def no_weight_decay(self) -> set[str]:
         return {f"backbone.{name}" for name in self.backbone.no_weight_decay()}
