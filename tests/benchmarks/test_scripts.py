@@ -108,7 +108,8 @@ def test_deformable_detr_scenes_benchmark_compares_the_two_detectors(tmp_path):
 def test_setr_scenes_benchmark_scores_every_model(tmp_path):
     data = _tiny_scenes(tmp_path)
     out = tmp_path / "setr_scenes.json"
-    _load_script("setr_scenes").main(["--quick", "--data", str(data), "--out", str(out)])
+    runs = tmp_path / "runs"
+    _load_script("setr_scenes").main(["--quick", "--data", str(data), "--out", str(out), "--keep-runs", str(runs)])
     result = json.loads(out.read_text())
     assert list(result["results"]) == ["setr_naive_small", "setr_pup_small", "setr_mla_small", "lraspp"]
     for run in result["results"].values():
@@ -116,6 +117,24 @@ def test_setr_scenes_benchmark_scores_every_model(tmp_path):
     best = max(max(row["miou"] for row in r["curve"]) for m, r in result["results"].items() if m != "lraspp")
     assert result["bar"]["best_setr_miou"] == best and result["bar"]["miou_target"] == 0.6
     assert "| setr_pup_small |" in result["table"] and out.with_suffix(".png").is_file()
+    # the kept run draws the README's pictures: 2 scenes of 64 px at 2x, three rows and a legend of 11 classes
+    from PIL import Image
+
+    picture = _load_script("setr_pictures").main([str(runs / "setr_pup_small"), "--images", "2", "--weights",
+                                                  "last", "--out", str(tmp_path / "pictures.png")])
+    assert Image.open(picture).size == (2 * 128, 3 * 128 + 22 * 3 + 8)
+
+
+def test_setr_memory_benchmark_measures_each_attention_path(tmp_path):
+    out = tmp_path / "memory.json"
+    rows = _load_script("setr_memory").main(["--crop", "32", "--out", str(out)])
+    assert [(r["decoder"], r["attention"]) for r in rows] == [("pup", "fused"), ("pup", "explicit")]
+    assert all(r["tensors_gib"] >= r["step_gib"] > 0 for r in rows)
+    # the weights are resident before the step, the gradients and momentum (twice as much) arrive with it
+    assert all(r["rss_before_step_gib"] - r["runtime_gib"] > 0.9 * r["weights_gib"] for r in rows)
+    assert all(r["step_gib"] > 1.8 * r["weights_gib"] for r in rows)
+    assert all(r["aux_heads"] == 4 and r["crop"] == 32 for r in rows)
+    assert "fudan-zvg/SETR #47" in out.with_suffix(".md").read_text()
 
 
 def test_setr_speed_benchmark_times_the_encoder_against_the_vit(tmp_path):
