@@ -45,7 +45,7 @@ import sys
 missing = []
 for name in ["torch", "torchvision", "numpy", "PIL", "safetensors", "tqdm", "matplotlib",
              "pytest", "timm", "transformers", "onnx", "onnxscript", "onnxruntime", "pycocotools", "scipy",
-             "torchmetrics", "vitlab"]:
+             "torchmetrics", "skimage", "vitlab"]:
     try:
         importlib.import_module(name)
     except Exception as error:  # noqa: BLE001 - report every broken module, whatever it raised

@@ -10,6 +10,7 @@ from torch import nn
 from ..models.deformable_detr import DeformableDETRConfig
 from ..models.deit import DeiTConfig
 from ..models.detr import DETRConfig
+from ..models.ipt import IPTConfig
 from ..models.registry import apply_overrides, get_config, list_models
 from ..models.setr import SETRConfig
 from ..models.vit import ViTConfig
@@ -19,7 +20,8 @@ from .weights import load_model, load_weights, save_weights
 # fields a checkpoint decides even when the user names a model: its head and its resolution
 CHECKPOINT_DECIDES = ("num_classes", "img_size", "in_chans")
 # families whose checkpoints say everything about the architecture (a config.json or their shapes)
-WHOLE_ARCHITECTURE = {"detr": DETRConfig, "deformable_detr": DeformableDETRConfig, "setr": SETRConfig}
+WHOLE_ARCHITECTURE = {"detr": DETRConfig, "deformable_detr": DeformableDETRConfig, "setr": SETRConfig,
+                      "ipt": IPTConfig}
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:

@@ -29,13 +29,14 @@ import numpy as np
 import torch
 
 from .detr_formats import detr_architecture, detr_state, is_detr_state, unused_stages_dropped
+from .ipt_formats import ipt_architecture, ipt_state, is_ipt_state
 from .setr_formats import is_setr_state, setr_architecture, setr_state
 from .weights import CONFIG_KEY, read_state_dict
 
 
 @dataclass
 class CheckpointInfo:
-    format: str  # "vitlab" | "timm" | "huggingface" | "npz" | "official" (DETR family) | "setr"
+    format: str  # "vitlab" | "timm" | "huggingface" | "npz" | "official" (DETR family) | "setr" | "ipt"
     norm_eps: float | None = None  # None: the file does not say
     architecture: dict[str, Any] = field(default_factory=dict)  # ViTConfig fields the file determines
     metadata: dict[str, str] = field(default_factory=dict)
@@ -52,6 +53,9 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
     state, metadata = read_state_dict(path)
     if CONFIG_KEY in metadata:
         return state, CheckpointInfo("vitlab", metadata=metadata)
+    if is_ipt_state(state):
+        state = ipt_state(state)
+        return state, CheckpointInfo("ipt", architecture=ipt_architecture(state, path.name))
     if is_setr_state(state):  # before DETR's check: both have a backbone
         state = setr_state(state)
         return state, CheckpointInfo("setr", architecture=setr_architecture(state))

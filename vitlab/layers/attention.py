@@ -114,6 +114,7 @@ class MultiHeadAttention(nn.Module):
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
         fused: bool = True,
+        proj_bias: bool = True,
     ) -> None:
         super().__init__()
         if dim % num_heads != 0:
@@ -127,7 +128,7 @@ class MultiHeadAttention(nn.Module):
         self.fused = fused
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.attn_drop = attn_drop  # a probability, applied to the attention weights in training only
-        self.proj = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim, bias=proj_bias)  # IPT's attention has no biases at all
         self.proj_drop = nn.Dropout(proj_drop)
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,8 @@ DETR.
 All four blocks take the same constructor arguments: dim, num_heads, mlp_ratio, qkv_bias, proj_drop (dropout on
 each branch output), attn_drop (on the attention probabilities), drop_path (stochastic depth on each branch),
 norm_layer, act_layer, fused_attn. The pre-norm encoder adds init_values (layer scale); the post-norm encoder and
-the decoders also take `dropout`, their first name for proj_drop.
+the decoders also take `dropout`, their first name for proj_drop. The pre-norm encoder and the decoders take
+`proj_bias=False` for attention without any bias (IPT's: no bias in the q, k, v nor the output projection).
 
 Sub-layer names (norm1, attn, ls1, drop_path1, norm2, mlp, ls2, drop_path2) follow timm's, so checkpoints map
 one to one.
@@ -86,10 +87,13 @@ class EncoderBlock(nn.Module):
         norm_layer: type[nn.Module] | partial = LayerNorm6,
         act_layer: type[nn.Module] = nn.GELU,
         fused_attn: bool = True,
+        *,
+        proj_bias: bool = True,
     ) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
-        self.attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
+        self.attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn,
+                                       proj_bias=proj_bias)
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = drop_path_or_identity(drop_path)
         self.norm2 = norm_layer(dim)
@@ -236,13 +240,16 @@ class DecoderBlock(nn.Module):
         fused_attn: bool = True,
         *,
         dropout: float | None = None,
+        proj_bias: bool = True,
     ) -> None:
         super().__init__()
         proj_drop = branch_dropout(proj_drop, dropout)
-        self.self_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
+        self.self_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn,
+                                            proj_bias=proj_bias)
         self.drop_path1 = drop_path_or_identity(drop_path)
         self.norm1 = norm_layer(dim)
-        self.cross_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn)
+        self.cross_attn = MultiHeadAttention(dim, num_heads, qkv_bias, attn_drop, proj_drop, fused=fused_attn,
+                                             proj_bias=proj_bias)
         self.drop_path2 = drop_path_or_identity(drop_path)
         self.norm2 = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)

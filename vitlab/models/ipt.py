@@ -1,0 +1,222 @@
+"""IPT (Chen et al. 2021, "Pre-Trained Image Processing Transformer"): one transformer body shared by several
+restoration tasks, each with its own convolutional head and tail.
+
+    f_H   = head_t(x)                          §3.1  3×3 conv + two ResBlocks (5×5), (B, C, 48, 48) features
+    tokens = unfold_3×3(f_H)                         the paper's 256 tokens of width 576 = 64 · 3 · 3
+    z_0   = tokens + Linear(tokens) + E_pos          a linear encoding with a residual; positions added once
+    z_E   = Encoder(z_0)                             pre-norm blocks, attention without biases
+    z_D   = Decoder(z_E, memory=z_E, query_pos=E_t)  the task embedding E_t as every decoder layer's query position
+    f_D   = fold(z_D + MLP(z_D)) + f_H               an MLP head with a residual, back to the map, then the body's
+    y     = tail_t(f_D)                              residual; the tail upsamples (pixel shuffle) and maps to RGB
+
+The mean shift subtracts DIV2K's mean colour before the head and adds it back after the tail. Tasks are named by
+their degradation (`sr2`, `sr3`, `sr4`, `denoise30`, `denoise50`, `derain`); the model holds one head, one tail and
+one task embedding per name, in the order of `degradations`.
+
+The body reads exactly patch_size × patch_size maps (its position and task embeddings have one entry per token).
+`forward_chop` restores an image of any size from overlapping tiles. Images are (B, 3, H, W) in [0, 1]; inside, the
+model works in [0, rgb_range] as the official code does, so its released weights behave as they do there.
+
+Names follow the official code (huawei-noah/Pretrained-IPT): `sub_mean`, `head.{t}`, `body.{linear_encoding,
+query_embed, mlp_head}`, `tail.{t}`, `add_mean`. The transformer layers are vitlab's blocks, whose names
+interop/ipt_formats.py maps from the official `nn.MultiheadAttention` ones.
+
+Glossary: B batch, C features (n_feats), p token patch (patch_dim), N tokens ((48 / p)²), D token width (C · p²),
+s the task's scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers.blocks import EncoderBlock, PreNormDecoderBlock
+from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
+from ..layers.tiling import tiled_apply
+from .registry import register_config, register_model
+
+# every degradation IPT knows, with the scale of its output; the pretrained model's task order is the official one
+DEGRADATION_SCALES = {"sr2": 2, "sr3": 3, "sr4": 4, "derain": 1, "denoise30": 1, "denoise50": 1}
+PAPER_DEGRADATIONS = tuple(DEGRADATION_SCALES)
+
+
+def degradation_scale(name: str) -> int:
+    if name not in DEGRADATION_SCALES:
+        raise ValueError(f"unknown degradation {name!r}; expected one of {', '.join(DEGRADATION_SCALES)}")
+    return DEGRADATION_SCALES[name]
+
+
+class IPTHead(nn.Sequential):
+    """(B, 3, H, W) -> (B, C, H, W): a 3×3 convolution, then two ResBlocks with 5×5 kernels."""
+
+    def __init__(self, in_chans: int, channels: int) -> None:
+        super().__init__(same_conv(in_chans, channels, 3), ResBlock(channels, 5), ResBlock(channels, 5))
+
+
+class IPTTail(nn.Sequential):
+    """(B, C, H, W) -> (B, 3, H·s, W·s): the pixel-shuffle upsampler (nothing for s = 1), then a 3×3 convolution."""
+
+    def __init__(self, scale: int, channels: int, out_chans: int) -> None:
+        super().__init__(Upsampler(scale, channels), same_conv(channels, out_chans, 3))
+
+
+class IPTBody(nn.Module):
+    """The shared transformer: (B, C, S, S) features -> (B, C, S, S), for task index t (S = patch_size)."""
+
+    def __init__(self, patch_size: int = 48, patch_dim: int = 3, channels: int = 64, num_heads: int = 12,
+                 num_layers: int = 12, mlp_ratio: float = 4.0, num_queries: int = 6, dropout: float = 0.0,
+                 pos_every: bool = False, fused_attn: bool = True) -> None:
+        super().__init__()
+        if patch_size % patch_dim:
+            raise ValueError(f"patch_size ({patch_size}) must be a multiple of patch_dim ({patch_dim})")
+        self.patch_size, self.patch_dim, self.pos_every = patch_size, patch_dim, pos_every
+        self.num_tokens = (patch_size // patch_dim) ** 2
+        dim = channels * patch_dim * patch_dim
+        self.dim = dim
+        self.linear_encoding = nn.Linear(dim, dim)
+        self.dropout_layer1 = nn.Dropout(dropout)
+        # the official initialisation of both tables: nn.Embedding's N(0, 1)
+        self.pos_embed = nn.Parameter(torch.randn(1, self.num_tokens, dim))  # (1, N, D)
+        self.query_embed = nn.Parameter(torch.randn(num_queries, self.num_tokens, dim))  # (tasks, N, D)
+        block = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, qkv_bias=False, proj_bias=False, proj_drop=dropout,
+                     norm_layer=nn.LayerNorm, act_layer=nn.ReLU, fused_attn=fused_attn)
+        self.encoder = nn.ModuleList(EncoderBlock(dim, **block) for _ in range(num_layers))
+        self.decoder = nn.ModuleList(PreNormDecoderBlock(dim, **block) for _ in range(num_layers))
+        hidden = int(dim * mlp_ratio)
+        self.mlp_head = nn.Sequential(nn.Linear(dim, hidden), nn.Dropout(dropout), nn.ReLU(), nn.Linear(hidden, dim),
+                                      nn.Dropout(dropout))
+
+    def forward(self, features: torch.Tensor, task: int) -> torch.Tensor:
+        S, p = self.patch_size, self.patch_dim
+        if tuple(features.shape[-2:]) != (S, S):
+            raise ValueError(f"IPT's body reads {S}×{S} feature maps, got {tuple(features.shape[-2:])}; restore "
+                             f"larger images with forward_chop")
+        # (B, C, S, S) -> (B, C·p², N) -> (B, N, D): each token a p × p patch, channel-major (F.unfold's layout)
+        tokens = F.unfold(features, p, stride=p).transpose(1, 2)
+        tokens = self.dropout_layer1(self.linear_encoding(tokens)) + tokens
+        query_pos = self.query_embed[task][None]  # (1, N, D), broadcast over the batch
+        if self.pos_every:  # positions on the queries and keys of every attention (DETR's way), an official option
+            x = tokens
+            for block in self.encoder:
+                x = block(x, pos=self.pos_embed)
+            memory = x
+            for block in self.decoder:
+                x = block(x, memory, pos=self.pos_embed, query_pos=query_pos)
+        else:  # the default: positions added once, to the encoder's input
+            x = tokens + self.pos_embed
+            for block in self.encoder:
+                x = block(x)
+            memory = x  # the decoder starts from the encoder's output and attends to it
+            for block in self.decoder:
+                x = block(x, memory, query_pos=query_pos)
+        x = self.mlp_head(x) + x
+        # (B, N, D) -> (B, D, N) -> (B, C, S, S): fold is unfold's inverse (the patches do not overlap)
+        return F.fold(x.transpose(1, 2), (S, S), p, stride=p)
+
+
+class IPT(nn.Module):
+    """Per-task heads and tails around one shared body. forward(x, task): x (B, 3, S, S) in [0, 1] ->
+    (B, 3, S·s, S·s); `task` is a degradation name or its index in `degradations`."""
+
+    def __init__(self, degradations: tuple[str, ...] = PAPER_DEGRADATIONS, channels: int = 64, patch_size: int = 48,
+                 patch_dim: int = 3, num_heads: int = 12, num_layers: int = 12, mlp_ratio: float = 4.0,
+                 dropout: float = 0.0, pos_every: bool = False, rgb_range: float = 255.0, in_chans: int = 3,
+                 fused_attn: bool = True) -> None:
+        super().__init__()
+        if not degradations:
+            raise ValueError("IPT needs at least one degradation, e.g. ('sr2',)")
+        self.degradations = tuple(degradations)
+        self.scales = tuple(degradation_scale(name) for name in self.degradations)
+        self.patch_size, self.rgb_range = patch_size, rgb_range
+        self.sub_mean = MeanShift(rgb_range, sign=-1)
+        self.head = nn.ModuleList(IPTHead(in_chans, channels) for _ in self.degradations)
+        self.body = IPTBody(patch_size, patch_dim, channels, num_heads, num_layers, mlp_ratio,
+                            len(self.degradations), dropout, pos_every, fused_attn)
+        self.tail = nn.ModuleList(IPTTail(s, channels, in_chans) for s in self.scales)
+        self.add_mean = MeanShift(rgb_range, sign=1)
+
+    def task_index(self, task: str | int) -> int:
+        if isinstance(task, int):
+            if not 0 <= task < len(self.degradations):
+                raise IndexError(f"task index {task} out of range for degradations {self.degradations}")
+            return task
+        if task not in self.degradations:
+            raise ValueError(f"this model restores {', '.join(self.degradations)}; got {task!r}")
+        return self.degradations.index(task)
+
+    def scale_of(self, task: str | int) -> int:
+        return self.scales[self.task_index(task)]
+
+    def forward(self, x: torch.Tensor, task: str | int = 0) -> torch.Tensor:
+        """x (B, 3, S, S) in [0, 1] -> (B, 3, S·s, S·s), not clamped."""
+        if x.ndim != 4:
+            raise ValueError(f"expected images (B, C, H, W), got shape {tuple(x.shape)}")
+        t = self.task_index(task)
+        x = self.sub_mean(x * self.rgb_range)
+        features = self.head[t](x)
+        features = self.body(features, t) + features
+        return self.add_mean(self.tail[t](features)) / self.rgb_range
+
+    @torch.no_grad()
+    def forward_chop(self, x: torch.Tensor, task: str | int = 0, overlap: int = 12, batch_size: int = 64
+                     ) -> torch.Tensor:
+        """Any-size images (B, 3, H, W) in [0, 1] -> (B, 3, H·s, W·s), restored tile by tile.
+
+        patch_size tiles every patch_size − overlap pixels, the last flush with each edge, `batch_size` tile
+        positions per forward; overlapping outputs are averaged. A side shorter than a tile is mirrored to one.
+        (The official code keeps only each tile's centre at stride 12 and needs batch 1 on CUDA; this runs on the
+        input's device, any batch.)
+        """
+        t = self.task_index(task)
+        S = self.patch_size
+        if not 0 <= overlap < S:
+            raise ValueError(f"overlap must be in 0..{S - 1} pixels, got {overlap}")
+        return tiled_apply(lambda tiles: self(tiles, t), x, S, S - overlap, batch_size, scale=self.scales[t],
+                           pad_mode="reflect")
+
+    def no_weight_decay(self) -> set[str]:
+        return {"body.pos_embed", "body.query_embed"}
+
+
+@register_config
+@dataclass(frozen=True)
+class IPTConfig:
+    family: ClassVar[str] = "ipt"
+
+    degradations: tuple[str, ...] = PAPER_DEGRADATIONS
+    channels: int = 64  # n_feats: the heads' and tails' width; a token is channels · patch_dim² wide
+    patch_size: int = 48  # the body's input side, and forward_chop's tile
+    patch_dim: int = 3
+    num_heads: int = 12
+    num_layers: int = 12  # encoder layers, and as many decoder layers
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+    pos_every: bool = False
+    rgb_range: float = 255.0
+    in_chans: int = 3
+
+    def __post_init__(self) -> None:
+        for name in self.degradations:
+            degradation_scale(name)
+
+    def build(self) -> IPT:
+        model = IPT(self.degradations, self.channels, self.patch_size, self.patch_dim, self.num_heads,
+                    self.num_layers, self.mlp_ratio, self.dropout, self.pos_every, self.rgb_range, self.in_chans)
+        model.config = self
+        return model
+
+
+@register_model
+def ipt_base() -> IPTConfig:
+    """The paper's: 12 + 12 layers of width 576 (64 features × 3 × 3), 12 heads, six tasks."""
+    return IPTConfig()
+
+
+@register_model
+def ipt_small() -> IPTConfig:
+    """For 2 CPU cores: 32 features (tokens of 288), 4 + 4 layers of 8 heads."""
+    return IPTConfig(channels=32, num_heads=8, num_layers=4)
