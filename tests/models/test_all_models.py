@@ -18,9 +18,9 @@ def tiny(name, seed=0):
     return vitlab.create_model(name, depth=1, img_size=2 * patch, num_classes=5)
 
 
-# the detectors and SETR have their own tests: test_detr.py, test_deformable_detr.py, test_setr.py
+# the detectors, SETR and IPT have their own tests: test_detr.py, test_deformable_detr.py, test_setr.py, test_ipt.py
 CLASSIFIERS = [name for name in vitlab.list_models()
-               if vitlab.get_config(name).family not in ("detr", "deformable_detr", "setr")]
+               if vitlab.get_config(name).family not in ("detr", "deformable_detr", "setr", "ipt")]
 
 
 @pytest.mark.parametrize("name", CLASSIFIERS)

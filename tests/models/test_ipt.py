@@ -97,3 +97,13 @@ def test_registered_presets_build():
     model = create_model("ipt_small")
     assert model.degradations == ("sr2", "sr3", "sr4", "derain", "denoise30", "denoise50")
     assert create_model("ipt_small", degradations=("sr2",)).scales == (2,)
+
+
+def test_a_task_trains_its_head_tail_and_query_and_the_shared_body_only():
+    model = tiny().train()
+    model(torch.rand(2, 3, 12, 12), "sr3").square().mean().backward()
+    reached = {name for name, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    expected = {name for name, _ in model.named_parameters()
+                if not name.startswith(("head.", "tail.")) or name.startswith(("head.1.", "tail.1."))}
+    assert reached == expected  # every shared weight, task 1's head and tail, nothing of the other tasks'
+    assert model.body.query_embed.grad[[0, 2, 3]].abs().sum() == 0 and model.body.query_embed.grad[1].abs().sum() > 0

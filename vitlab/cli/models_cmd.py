@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
             encoder = c.encoder_config()
             c = SimpleNamespace(img_size=encoder.img_size, patch_size=encoder.patch_size, dim=encoder.dim,
                                 depth=encoder.depth, num_heads=encoder.num_heads, num_classes=c.num_classes)
+        elif c.family == "ipt":  # IPT: its body's input side, token patch and width; no classes
+            c = SimpleNamespace(img_size=c.patch_size, patch_size=c.patch_dim, dim=c.channels * c.patch_dim ** 2,
+                                enc_layers=c.num_layers, dec_layers=c.num_layers, num_heads=c.num_heads,
+                                num_classes="—")
         print(f"{name:<32} {_size(c.img_size):>9} {_size(getattr(c, 'patch_size', None)):>7} "
               f"{getattr(c, 'dim', '—')!s:>5} {_depth(c):>5} {getattr(c, 'num_heads', '—')!s:>5} {c.num_classes:>7} "
               f"{count_parameters(model):>13,}")
