@@ -14,6 +14,7 @@ from . import (
     evaluate_cmd,
     export_cmd,
     models_cmd,
+    photos_cmd,
     predict,
     scenes_cmd,
     seq2seq_cmd,
@@ -21,7 +22,7 @@ from . import (
 )
 
 COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo,
-            seq2seq_cmd, scenes_cmd]
+            seq2seq_cmd, scenes_cmd, photos_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
