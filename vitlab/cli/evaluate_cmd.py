@@ -1,6 +1,7 @@
 """`vitlab eval RUN_DIR`: evaluate a trained run on its held-out data, by the run's task (read from config.json):
 accuracy, per-class accuracy and confusion matrix for classification; exact-sequence accuracy for seq2seq; COCO's
-box AP and AR for detection; per-class IoU, mIoU and pixel accuracy for segmentation."""
+box AP and AR for detection; per-class IoU, mIoU and pixel accuracy for segmentation; per degradation Y-PSNR,
+Y-SSIM and RGB PSNR for restoration."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
-    image = p.add_argument_group("classification, detection and segmentation")
+    image = p.add_argument_group("classification, detection, segmentation and restoration")
     image.add_argument("--data", help="classification: 'fashion-mnist' or an image folder; detection: a COCO-format "
                        "folder with the run's categories; segmentation: a folder of images and masks with the run's "
-                       "classes (default: the run's own data)")
+                       "classes; restoration: an HR folder (DIV2K, Set5, Set14, BSD68, Urban100), a photograph "
+                       "folder with test/ or val/, or 'skimage' (default: the run's own data)")
     image.add_argument("--data-dir", help="where Fashion-MNIST's files are (default: the run's, then the usual "
                        "places)")
     image.add_argument("--batch-size", type=int, help="evaluation batch size (default: classification 256, "
@@ -28,6 +30,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        "sets) (default: off)")
     image.add_argument("--no-plot", dest="plot", action="store_false",
                        help="do not write confusion.png (default: write)")
+    restoration = p.add_argument_group("restoration")
+    restoration.add_argument("--lr", metavar="DIR", help="LR images for --data's HR images, paired by name "
+                             "(0001x2.png or 0001.png), instead of downscaling here; needs one SR --degradation")
+    restoration.add_argument("--degradation", action="append", metavar="NAME", help="evaluate this task only "
+                             "(repeatable) (default: all the run's tasks)")
+    restoration.add_argument("--crop", type=int, help="score each image's centre, this many pixels square; 0: "
+                             "whole images (default: the run's --eval-crop)")
     seq = p.add_argument_group("seq2seq")
     seq.add_argument("--beam-size", type=int, default=1, help="1: greedy; more: beam search (default: 1)")
     p.set_defaults(run=run)
@@ -44,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
                    "bf16": args.bf16, "compile": args.compile, "plot": args.plot}
     elif task.name in ("detection", "segmentation"):
         options = {"data": args.data, "batch_size": args.batch_size}
+    elif task.name == "restoration":
+        options = {"data": args.data, "batch_size": args.batch_size, "lr": args.lr,
+                   "degradations": args.degradation, "crop": args.crop}
     else:
         options = {"beam_size": args.beam_size}
     result = task.evaluate_run(model, saved, args.run_dir, **options)

@@ -16,13 +16,14 @@ from . import (
     models_cmd,
     photos_cmd,
     predict,
+    restore_cmd,
     scenes_cmd,
     seq2seq_cmd,
     train,
 )
 
 COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo,
-            seq2seq_cmd, scenes_cmd, photos_cmd]
+            seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -70,6 +70,20 @@ def bicubic_downscale(image: torch.Tensor, scale: int) -> torch.Tensor:
     return torch.from_numpy(np.asarray(small).copy()).permute(2, 0, 1)
 
 
+def bicubic_upscale(image: torch.Tensor, scale: int) -> torch.Tensor:
+    """(3, h, w) uint8 -> (3, h·scale, w·scale) uint8 by PIL's bicubic: the SR baseline every paper reports."""
+    h, w = image.shape[-2:]
+    pil = Image.fromarray(image.permute(1, 2, 0).numpy())
+    return torch.from_numpy(np.asarray(pil.resize((w * scale, h * scale), Image.BICUBIC)).copy()).permute(2, 0, 1)
+
+
+def baseline(lq: torch.Tensor, name: str) -> torch.Tensor:
+    """What doing nothing gives, at the target's size: the bicubic upscaling of an SR input, the noisy or rainy
+    input itself otherwise. lq (3, h, w) uint8."""
+    scale = scale_of(name)
+    return bicubic_upscale(lq, scale) if scale > 1 else lq
+
+
 def line_kernel(length: int, angle_deg: float) -> torch.Tensor:
     """(k, k) a normalised anti-aliased line of `length` pixels at `angle_deg` from the vertical."""
     k = length if length % 2 else length + 1

@@ -18,7 +18,6 @@ halving washes out their compression and demosaicing artefacts, so the clean tar
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .degradations import check_degradation, degrade, generator_for, scale_of
 from .folder import IMAGE_EXTENSIONS
@@ -106,15 +105,16 @@ def augment(lq: torch.Tensor, hq: torch.Tensor, generator: torch.Generator | Non
 class RestorationPatches(Dataset):
     """Training patches: `per_task` items for each degradation; item i belongs to degradation i // per_task. Each
     is a fresh random crop of a random photograph (patch · scale pixels), degraded, flipped and rotated. Returns
-    (lq (3, patch, patch), hq (3, patch·s, patch·s) float in [0, 1], task index)."""
+    (lq (3, patch, patch), hq (3, patch·s, patch·s) float in [0, 1], task index[, photograph index])."""
 
     def __init__(self, images: Sequence[torch.Tensor], degradations: Sequence[str], patch: int = 48,
-                 per_task: int = 1000) -> None:
+                 per_task: int = 1000, with_source: bool = False) -> None:
         for name in degradations:
             check_degradation(name)
         if not images:
             raise ValueError("no training photographs")
         self.images, self.degradations, self.patch, self.per_task = list(images), tuple(degradations), patch, per_task
+        self.with_source = with_source  # items end with the photograph's index (the contrastive term's label)
 
     def __len__(self) -> int:
         return len(self.degradations) * self.per_task
@@ -126,10 +126,12 @@ class RestorationPatches(Dataset):
         task = self.task_of(index)
         name = self.degradations[task]
         scale = scale_of(name)
-        image = self.images[int(torch.randint(0, len(self.images), ()))]
-        clean = random_crop(image, self.patch * scale)
+        source = int(torch.randint(0, len(self.images), ()))
+        clean = random_crop(self.images[source], self.patch * scale)
         lq, hq = degrade(clean, name, torch.default_generator)
         lq, hq = augment(lq, hq)
+        if self.with_source:
+            return lq.float() / 255, hq.float() / 255, task, source
         return lq.float() / 255, hq.float() / 255, task
 
 
@@ -154,10 +156,44 @@ class TaskBatchSampler(Sampler[list[int]]):
         return [orders[t][r * self.batch_size:(r + 1) * self.batch_size] for r in range(rounds) for t in range(tasks)]
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from self.batches()[self.rank::self.world_size]
+        batches = self.batches()
+        # every process the same number of batches (a rank that ran out first would stall the others)
+        yield from batches[:len(self) * self.world_size][self.rank::self.world_size]
 
     def __len__(self) -> int:
-        return math.ceil(len(self.dataset.degradations) * (self.dataset.per_task // self.batch_size) / self.world_size)
+        return len(self.dataset.degradations) * (self.dataset.per_task // self.batch_size) // self.world_size
+
+
+class TaskBatchLoader:
+    """The loop's epoch loader over TaskBatchSampler's batches: `len()` batches, `set_epoch(epoch)` fixes the
+    order, `batches_from(start)` resumes mid-epoch without loading the batches before `start`. A batch is
+    (lq (B, 3, p, p), hq (B, 3, p·s, p·s), task (B,)), one task throughout."""
+
+    def __init__(self, dataset: RestorationPatches, batch_size: int, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, num_workers: int = 0) -> None:
+        if dataset.per_task < batch_size:
+            raise ValueError(f"patches_per_task ({dataset.per_task}) must be at least the batch size ({batch_size})")
+        self.dataset, self.num_workers, self.seed = dataset, num_workers, seed
+        self.sampler = TaskBatchSampler(dataset, batch_size, seed, rank, world_size)
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        return self.batches_from(0)
+
+    def batches_from(self, start: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        batches = list(self.sampler)[start:]
+        # workers' seeds come from (seed, epoch), not from the global RNG
+        generator = torch.Generator().manual_seed(self.seed * 1000003 + self.epoch + 1)
+        yield from DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers, generator=generator)
 
 
 def center_crop(image: torch.Tensor, size: int | None) -> torch.Tensor:

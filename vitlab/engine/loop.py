@@ -260,8 +260,10 @@ class _Loop:
         if dist.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
+            # a multi-task step (IPT) uses one task's head and tail: the others get no gradient that step
             self.train_model = DistributedDataParallel(
-                self.forward_model, device_ids=[self.device] if self.device.type == "cuda" else None)
+                self.forward_model, device_ids=[self.device] if self.device.type == "cuda" else None,
+                find_unused_parameters=getattr(self.task, "unused_parameters", False))
         end = self._end_step()
         if self.step >= end:
             return self._nothing_to_do()

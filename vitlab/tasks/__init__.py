@@ -4,11 +4,13 @@ from .base import Task
 from .classification import ClassificationTask
 from .detection import DetectionTask
 from .launch import load_run, load_task, resume, train
+from .restoration import RestorationTask
 from .segmentation import SegmentationTask
 from .seq2seq import Seq2SeqTask
 
 TASKS: dict[str, type[Task]] = {task.name: task for task in (ClassificationTask, Seq2SeqTask,
-                                                              DetectionTask, SegmentationTask)}
+                                                              DetectionTask, SegmentationTask,
+                                                              RestorationTask)}
 
-__all__ = ["TASKS", "ClassificationTask", "DetectionTask", "SegmentationTask", "Seq2SeqTask", "Task", "load_run",
-           "load_task", "resume", "train"]
+__all__ = ["TASKS", "ClassificationTask", "DetectionTask", "RestorationTask", "SegmentationTask", "Seq2SeqTask",
+           "Task", "load_run", "load_task", "resume", "train"]

@@ -32,6 +32,7 @@ class Task:
     sample_name: ClassVar[str] = "samples"  # what the training throughput counts ("images" -> train_images_per_s)
     extra_files: ClassVar[tuple[str, ...]] = ()  # files the task writes into a run folder besides the loop's
     resumable: ClassVar[tuple[str, ...]] = ()  # task options a resumed run may change
+    unused_parameters: ClassVar[bool] = False  # a step leaves some parameters without gradients (DDP must know)
     # the module with a finished run's evaluate_run, format_evaluation, predict_files and format_prediction, imported
     # only when `vitlab eval` / `vitlab predict` need it (detection's and segmentation's `inference.py`)
     inference_module: ClassVar[str | None] = None

@@ -1,0 +1,202 @@
+"""IPT on the held-out photographs: against doing nothing (bicubic, the noisy input), against the EDSR-baseline CNN
+trained for the same time on the same patches, and one shared body for all tasks against one network per task.
+
+    python benchmarks/ipt_restoration.py                         # sr2 + denoise30, 12 minutes per multi-task model
+    python benchmarks/ipt_restoration.py --budget-min 20 --degradations sr2,sr3,sr4,denoise30,denoise50,derain
+    python benchmarks/ipt_restoration.py --quick                 # a smoke run on scikit-image's photographs
+
+The photographs are `vitlab fetch-photos`' 39 training and 10 held-out ones (whole photographs, never crops of a
+training one), halved first (PIL bicubic). Every model is a full `vitlab train --task restoration` run with the
+task's default recipe (Adam, lr 2e-4, batches of 16 patches of 48 pixels, cosine), from random weights:
+
+- IPT (`--model`, default ipt_small) and EDSR-baseline, multi-task, each for `--budget-min` minutes of training:
+  the steps that fill it at each model's throughput, measured here first (a few full Adam steps).
+- one IPT per task, each trained on its task alone for the multi-task run's steps per task (equal steps: the
+  shared body sees as many batches of each task as its single-task twin does).
+
+Scores: the centre `--crop` pixels of each held-out photograph, degraded with the evaluation seed; Y-PSNR and
+Y-SSIM as IPT reports them (BT.601 luma of the 8-bit output, a border of the scale shaved) and RGB PSNR. The bars:
+×2 SR Y-PSNR ≥ bicubic + 1.5 dB; σ30 denoising ≥ the noisy input + 8 dB. Writes
+benchmarks/results/ipt_restoration.{json,md} and ipt_restoration_crops.png (input, IPT, CNN, ground truth).
+One benchmark at a time: the machine has 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = Path(__file__).parent / "results"
+BARS = {"sr2": 1.5, "denoise30": 8.0}  # dB above the input's Y-PSNR
+BATCH = 16
+
+
+def step_seconds(model_name: str, tasks: tuple[str, ...], batch: int, patch: int = 48, steps: int = 4) -> float:
+    """Seconds per full training step (forward, L1, backward, Adam) on random patches, tasks in turn."""
+    from vitlab.data.degradations import scale_of
+    from vitlab.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(model_name, degradations=tasks)
+    optimizer = torch.optim.Adam(model.parameters(), 1e-4)
+    times = []
+    for i in range(steps + len(tasks)):
+        name = tasks[i % len(tasks)]
+        side = patch * scale_of(name)
+        lq, hq = torch.rand(batch, 3, patch, patch), torch.rand(batch, 3, side, side)
+        start = time.perf_counter()
+        torch.nn.functional.l1_loss(model(lq, name), hq).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return sorted(times[len(tasks):])[len(times[len(tasks):]) // 2]
+
+
+def train_run(out: Path, data: str, model: str, tasks: tuple[str, ...], steps: int, extra: dict) -> dict:
+    from vitlab.tasks import train
+
+    result = train("restoration", out=str(out), overwrite=True, data=data, model=model,
+                   degradations=",".join(tasks), steps=steps, batch_size=BATCH, eval_every=steps, **extra)
+    return result
+
+
+def score(run: Path, crop: int | None, data: str | None) -> dict:
+    from vitlab.engine.run import RunDir
+    from vitlab.tasks import load_task
+    from vitlab.tasks.restoration.inference import evaluate_run
+
+    task, saved = load_task(run)
+    model = RunDir(run).load_model("last")
+    return evaluate_run(task, model, saved, run, data=data, crop=crop or 0)
+
+
+def crops_picture(runs: dict[str, Path], tasks: tuple[str, ...], path: Path, crop: int, size: int = 96) -> None:
+    """One row per task: the input (bicubic-upscaled for SR), IPT, the CNN, the ground truth, on the first held-out
+    photograph's centre."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vitlab.data.degradations import baseline
+    from vitlab.data.restoration import RestorationPairs, load_photos
+    from vitlab.engine.run import RunDir
+    from vitlab.tasks import load_task
+    from vitlab.tasks.restoration.inference import restore_image
+    from vitlab.tasks.restoration.metrics import restoration_scores
+
+    task, saved = load_task(runs["ipt"])
+    image = load_photos(saved["data"]["test"][:1], halve_first=task.config.halve)[0]
+    models = {key: RunDir(runs[key]).load_model("last") for key in ("ipt", "cnn")}
+    figure, axes = plt.subplots(len(tasks), 4, figsize=(10, 2.7 * len(tasks)), squeeze=False)
+    for row, name in enumerate(tasks):
+        lq, hq, _ = RestorationPairs([image], name, crop, task.config.eval_seed)[0]
+        lq8 = (lq * 255).round().to(torch.uint8)
+        panels = {"input": baseline(lq8, name), "IPT": restore_image(models["ipt"], lq8, name),
+                  "CNN (EDSR-baseline)": restore_image(models["cnn"], lq8, name),
+                  "ground truth": (hq * 255).round().to(torch.uint8)}
+        H, W = hq.shape[-2:]
+        y, x = (H - size) // 2, (W - size) // 2
+        for col, (label, picture) in enumerate(panels.items()):
+            ax = axes[row][col]
+            ax.imshow(picture[:, y:y + size, x:x + size].permute(1, 2, 0).numpy(), interpolation="nearest")
+            caption = label
+            if label != "ground truth":
+                psnr = float(restoration_scores(picture.float()[None] / 255, hq[None], 2 if name == "sr2" else 1
+                                                )["psnr_y"][0])
+                caption = f"{label}\n{psnr:.2f} dB"
+            ax.set_title(f"{name}: {caption}" if col == 0 else caption, fontsize=9)
+            ax.axis("off")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Held-out photographs: {result['num_images']}, centres of {result['crop']} px; training "
+             f"{result['budget_min']} min per multi-task model; Y-PSNR / Y-SSIM (RGB PSNR).", "",
+             "| degradation | input | IPT (all tasks) | EDSR-baseline (all tasks) | IPT (one per task) | bar |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name in result["degradations"]:
+        ipt, cnn, single = (result["scores"][k]["degradations"][name] for k in ("ipt", "cnn", "single"))
+
+        def cell(s: dict, prefix: str = "") -> str:
+            return f"{s[prefix + 'psnr_y']:.2f} / {s[prefix + 'ssim_y']:.4f} ({s[prefix + 'psnr_rgb']:.2f})"
+
+        gain = ipt["psnr_y"] - ipt["input_psnr_y"]
+        bar = f"+{BARS[name]} dB: {'met' if gain >= BARS[name] else 'missed'} (+{gain:.2f})" if name in BARS else \
+            f"+{gain:.2f} dB"
+        lines.append(f"| {name} | {cell(ipt, 'input_')} | {cell(ipt)} | {cell(cnn)} | {cell(single)} | {bar} |")
+    lines += ["", "| run | model | steps | train min | patches/s |", "| --- | --- | --- | --- | --- |"]
+    for key, info in result["runs"].items():
+        lines.append(f"| {key} | {info['model']} | {info['steps']} | {info['train_min']:.1f} | "
+                     f"{info['patches_per_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="data/photos", help="vitlab fetch-photos' folder (default: data/photos)")
+    parser.add_argument("--degradations", default="sr2,denoise30")
+    parser.add_argument("--model", default="ipt_small")
+    parser.add_argument("--cnn", default="edsr_baseline")
+    parser.add_argument("--budget-min", type=float, default=12.0, help="training minutes per multi-task model")
+    parser.add_argument("--crop", type=int, default=512, help="score the centre of each held-out photograph")
+    parser.add_argument("--keep-runs", type=Path, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a few steps")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    tasks = tuple(args.degradations.split(","))
+    data, eval_data = args.data, None
+    if args.quick:
+        args.budget_min, args.crop = 0.1, 96
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.keep_runs or Path(tmp)
+        seconds = {key: step_seconds(name, tasks, BATCH) for key, name in (("ipt", args.model), ("cnn", args.cnn))}
+        steps = {key: max(len(tasks), int(args.budget_min * 60 / s) // len(tasks) * len(tasks))
+                 for key, s in seconds.items()}
+        print(f"measured s/step: {seconds}; steps in {args.budget_min} min: {steps}", flush=True)
+        runs, info = {}, {}
+        plan = [("ipt", args.model, tasks, steps["ipt"]), ("cnn", args.cnn, tasks, steps["cnn"])]
+        plan += [(f"single_{name}", args.model, (name,), steps["ipt"] // len(tasks)) for name in tasks]
+        for key, model, its_tasks, n in plan:
+            runs[key] = root / key
+            start = time.perf_counter()
+            result = train_run(runs[key], data, model, its_tasks, n, {"eval_crop": 96, "eval_data": eval_data})
+            from vitlab.engine.run import read_metrics
+            rows = read_metrics(runs[key])
+            train_s = sum(row["train_time_s"] for row in rows)
+            info[key] = {"model": model, "degradations": list(its_tasks), "steps": n, "train_min": train_s / 60,
+                         "patches_per_s": n * BATCH / train_s, "wall_min": (time.perf_counter() - start) / 60,
+                         "final_loss": rows[-1]["train_loss"]}
+            print(key, json.dumps(info[key]), flush=True)
+        scores = {key: score(runs[key], args.crop, None) for key in ("ipt", "cnn")}
+        single: dict = {"degradations": {}}
+        for name in tasks:
+            single["degradations"][name] = score(runs[f"single_{name}"], args.crop, None)["degradations"][name]
+        scores["single"] = single
+        first = scores["ipt"]
+        result = {"degradations": list(tasks), "budget_min": args.budget_min, "crop": args.crop,
+                  "num_images": first["num_images"], "data": first["data"], "runs": info, "scores": scores,
+                  "machine": f"{torch.get_num_threads()} threads, torch {torch.__version__}",
+                  "metrics": first["metrics"]}
+        args.out.mkdir(parents=True, exist_ok=True)
+        name = "ipt_restoration_quick" if args.quick else "ipt_restoration"
+        (args.out / f"{name}.json").write_text(json.dumps(result, indent=1))
+        table = markdown(result)
+        (args.out / f"{name}.md").write_text(table + "\n")
+        crops_picture(runs, tasks, args.out / f"{name}_crops.png", args.crop)
+        print(table)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""`vitlab restore RUN IMAGE... --degradation NAME --out DIR`: a restoration run's model applied to image files of
+any size (tiled inference), the results written as PNG."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from ..data.degradations import DEGRADATIONS
+
+    p = subparsers.add_parser("restore", help="restore images with a trained restoration run (super-resolve, "
+                              "denoise, derain)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task restoration`")
+    p.add_argument("images", metavar="IMAGE", nargs="+", help="image files (any format Pillow reads), any size")
+    p.add_argument("--degradation", choices=DEGRADATIONS, help="what to undo: one of the run's tasks (default: its "
+                   "first)")
+    p.add_argument("--out", metavar="DIR", required=True, help="write NAME_DEGRADATION.png here")
+    p.add_argument("--reference", metavar="DIR", help="clean images with the same names: print PSNR/SSIM against "
+                   "them, and the input's (default: none)")
+    p.add_argument("--batch-size", type=int, help="tiles per forward pass: more is faster, less holds less memory "
+                   "(default: the run's --eval-batch-size)")
+    p.add_argument("--overlap", type=int, help="pixels neighbouring tiles share (default: the run's)")
+    p.add_argument("--weights", choices=["last", "best", "ema"], default="best",
+                   help="which checkpoint (default: best)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from ..engine.run import RunDir
+    from ..tasks import load_task
+
+    task, saved = load_task(args.run_dir)
+    if task.name != "restoration":
+        raise ValueError(f"{args.run_dir} is a {task.name} run; `vitlab restore` takes restoration runs (`vitlab "
+                         f"predict` serves the others)")
+    changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap))
+               if value is not None}
+    task.config = dataclasses.replace(task.config, **changes)
+    which = args.weights if RunDir(args.run_dir).weights_file(args.weights).is_file() else "last"
+    model = RunDir(args.run_dir).load_model(which)
+    results = task.predict(model, saved, args.images, out=args.out, degradation=args.degradation,
+                           reference=args.reference)
+    print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))
+    return 0

@@ -1,0 +1,98 @@
+"""EDSR (Lim et al. 2017, "Enhanced Deep Residual Networks for Single Image Super-Resolution"), the CNN that IPT
+is measured against, with IPT's multi-task layout: per-task heads and tails around one shared residual body.
+
+    f_H = head_t(x)                        a 3×3 convolution to C features                (B, C, H, W)
+    f_B = body(f_H) + f_H                  num_blocks ResBlocks (conv–ReLU–conv, no BatchNorm), a 3×3 conv, and
+                                           the long skip
+    y   = tail_t(f_B)                      pixel-shuffle upsampling by the task's scale, a 3×3 conv to RGB
+
+EDSR-baseline is 16 blocks of 64 features with residual scaling 1 (the paper's small model, 1.4M parameters for
+one ×2 task). The mean shift and the 0–255 working range are IPT's and EDSR's. Unlike IPT, the network is fully
+convolutional: it restores an image of any size in one pass, and `forward_chop` tiles only to bound memory.
+
+Shapes: x (B, 3, H, W) in [0, 1] -> (B, 3, H·s, W·s); s the task's scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
+from ..layers.tiling import tiled_apply
+from .ipt import PAPER_DEGRADATIONS, degradation_scale, task_index_of
+from .registry import register_config, register_model
+
+
+class EDSR(nn.Module):
+    def __init__(self, degradations: tuple[str, ...] = PAPER_DEGRADATIONS, channels: int = 64, num_blocks: int = 16,
+                 res_scale: float = 1.0, rgb_range: float = 255.0, in_chans: int = 3) -> None:
+        super().__init__()
+        if not degradations:
+            raise ValueError("EDSR needs at least one degradation, e.g. ('sr2',)")
+        self.degradations = tuple(degradations)
+        self.scales = tuple(degradation_scale(name) for name in self.degradations)
+        self.rgb_range = rgb_range
+        self.sub_mean = MeanShift(rgb_range, sign=-1)
+        self.head = nn.ModuleList(same_conv(in_chans, channels, 3) for _ in self.degradations)
+        self.body = nn.Sequential(*(ResBlock(channels, 3, res_scale) for _ in range(num_blocks)),
+                                  same_conv(channels, channels, 3))
+        self.tail = nn.ModuleList(nn.Sequential(Upsampler(s, channels), same_conv(channels, in_chans, 3))
+                                  for s in self.scales)
+        self.add_mean = MeanShift(rgb_range, sign=1)
+
+    def task_index(self, task: str | int) -> int:
+        return task_index_of(self.degradations, task)
+
+    def scale_of(self, task: str | int) -> int:
+        return self.scales[self.task_index(task)]
+
+    def forward(self, x: torch.Tensor, task: str | int = 0) -> torch.Tensor:
+        """x (B, 3, H, W) in [0, 1] -> (B, 3, H·s, W·s), not clamped."""
+        t = self.task_index(task)
+        features = self.head[t](self.sub_mean(x * self.rgb_range))
+        features = self.body(features) + features
+        return self.add_mean(self.tail[t](features)) / self.rgb_range
+
+    @torch.no_grad()
+    def forward_chop(self, x: torch.Tensor, task: str | int = 0, overlap: int = 12, batch_size: int = 64,
+                     tile: int = 192) -> torch.Tensor:
+        """Any-size images, restored in `tile`-pixel tiles (overlaps averaged) so that memory stays bounded; an
+        image no larger than a tile goes through in one pass."""
+        t = self.task_index(task)
+        if max(x.shape[-2:]) <= tile:
+            return self(x, t)
+        return tiled_apply(lambda tiles: self(tiles, t), x, tile, tile - overlap, batch_size, scale=self.scales[t],
+                           pad_mode="reflect")
+
+
+@register_config
+@dataclass(frozen=True)
+class EDSRConfig:
+    family: ClassVar[str] = "edsr"
+
+    degradations: tuple[str, ...] = PAPER_DEGRADATIONS
+    channels: int = 64
+    num_blocks: int = 16
+    res_scale: float = 1.0
+    rgb_range: float = 255.0
+    in_chans: int = 3
+
+    def __post_init__(self) -> None:
+        for name in self.degradations:
+            degradation_scale(name)
+
+    def build(self) -> EDSR:
+        model = EDSR(self.degradations, self.channels, self.num_blocks, self.res_scale, self.rgb_range,
+                     self.in_chans)
+        model.config = self
+        return model
+
+
+@register_model
+def edsr_baseline() -> EDSRConfig:
+    """The paper's EDSR-baseline: 16 ResBlocks of 64 features, residual scaling 1."""
+    return EDSRConfig()

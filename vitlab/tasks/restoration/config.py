@@ -1,0 +1,64 @@
+"""The options of image restoration (IPT, and the EDSR baseline): the photographs, the degradations (one head and
+tail each), the patches, the optional contrastive term and the evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...data.degradations import DEGRADATIONS, check_degradation
+from ...engine.options import check, option
+from ...models.ipt import PAPER_DEGRADATIONS
+
+# the paper's six tasks, in the order of its released checkpoints' heads and tails
+PAPER_TASKS = ",".join(PAPER_DEGRADATIONS)
+
+
+def parse_degradations(text: str) -> tuple[str, ...]:
+    """'sr2,denoise30' -> ('sr2', 'denoise30'), each checked, no repeats."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise ValueError(f"--degradations needs at least one of {', '.join(DEGRADATIONS)}, comma-separated")
+    for name in names:
+        check_degradation(name)
+    if len(set(names)) != len(names):
+        raise ValueError(f"--degradations names a task twice: {text!r}")
+    return names
+
+
+@dataclass(frozen=True)
+class RestorationConfig:
+    data: str | None = option(None, "photographs to train on: `vitlab fetch-photos`' folder (its train photographs), "
+                              "a folder with train/ and test/ (or val/) image folders, or one folder of HR images "
+                              "(DIV2K, ...)", metavar="DIR", default_text="none: required")
+    model: str = option("ipt_small", "ipt_small, ipt_base, or the CNN baseline edsr_baseline")
+    degradations: str = option(PAPER_TASKS, "the tasks, comma-separated, one head and tail each: sr2 sr3 sr4 "
+                               "(bicubic ×2/×3/×4), denoise30 denoise50 (Gaussian σ on 0–255), derain (synthetic "
+                               "streaks)", metavar="LIST")
+    weights: str | None = option(None, "start from these weights: a restoration run, a file in vitlab's names, or an "
+                                 "official IPT checkpoint (IPT_pretrain.pt, IPT_sr2.pt, ...); heads, tails and task "
+                                 "embeddings are matched by task name", metavar="PATH", default_text="random")
+    patches_per_task: int = option(1600, "training patches of each task per epoch (random crops, drawn afresh)")
+    halve: bool = option(True, "halve the photographs first (PIL bicubic): the wallpapers' JPEG and demosaicing "
+                         "artefacts wash out", flag="--no-halve")
+    contrastive_weight: float = option(0.0, "weight of IPT's contrastive term on the decoder's features (patches "
+                                       "of one photograph are positives; the paper's 0.1); 0: L1 only")
+    temperature: float = option(0.07, "the contrastive term's temperature")
+    eval_data: str | None = option(None, "HR images to evaluate on", metavar="DIR", default_text="the data's test "
+                                   "photographs (test/ or val/)")
+    eval_crop: int = option(256, "evaluate on each test image's centre, this many pixels square (0: whole images)")
+    eval_seed: int = option(0, "seed of the test degradations (the same seed gives the same noisy and rainy inputs)")
+    overlap: int = option(12, "tiled inference: pixels that neighbouring tiles share")
+    eval_batch_size: int = option(64, "tiled inference: tiles per forward pass")
+
+    def __post_init__(self) -> None:
+        parse_degradations(self.degradations)
+        check(self.patches_per_task > 0, "patches_per_task", "positive", self.patches_per_task)
+        check(self.contrastive_weight >= 0, "contrastive_weight", ">= 0", self.contrastive_weight)
+        check(self.temperature > 0, "temperature", "positive", self.temperature)
+        check(self.eval_crop >= 0, "eval_crop", ">= 0 (0: whole images)", self.eval_crop)
+        check(self.overlap >= 0, "overlap", ">= 0", self.overlap)
+        check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return parse_degradations(self.degradations)
