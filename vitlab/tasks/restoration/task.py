@@ -232,6 +232,8 @@ def load_start(model: nn.Module, path: str) -> None:
                 continue
             key = ".".join([parts[0], str(model.degradations.index(name)), *parts[2:]])
         elif key == "body.query_embed":
+            if value.shape[1:] != mine[key].shape[1:]:
+                continue
             table = mine[key].clone()
             for i, name in enumerate(theirs):
                 if name in model.degradations and i < len(value):
