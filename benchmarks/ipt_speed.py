@@ -43,15 +43,15 @@ def one(model_name: str, size: int, batch: int, data: str, repeats: int) -> dict
     from vitlab.engine.speed import tune_process
 
     tune_process()  # as the vitlab commands run
-    from vitlab.data.photos import photo_paths
     from vitlab.data.restoration import center_crop, load_photos
     from vitlab.models import create_model
+    from vitlab.tasks.restoration.task import find_photographs
 
     torch.manual_seed(0)
     model = create_model(model_name, degradations=("sr2",)).eval()
     from PIL import Image
 
-    big_enough = [p for p in photo_paths("test", data) if min(Image.open(p).size) >= size]
+    big_enough = [p for p in find_photographs(data)[1] or [] if min(Image.open(p).size) >= size]
     if not big_enough:
         raise ValueError(f"no held-out photograph has both sides of {size} pixels")
     image = center_crop(load_photos(big_enough[:1], halve_first=False)[0], size)

@@ -161,3 +161,35 @@ def test_detr_speed_benchmark_times_both_libraries(tmp_path):
                                                         for m in ("inference", "train step")]
     assert all(r["vitlab_ms"] > 0 and r["hf_ms"] > 0 and r["speedup_min"] <= r["speedup_median"] for r in rows)
     assert "HF time / vitlab time" in (tmp_path / "t.md").read_text()
+
+
+def _skimage_photo_folder(root):
+    """scikit-image's five photographs as a train/ (three) and test/ (two) folder."""
+    from PIL import Image
+
+    from vitlab.data.photos import skimage_photos
+
+    for i, (name, array) in enumerate(skimage_photos().items()):
+        (root / ("test" if i >= 3 else "train")).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(array).save(root / ("test" if i >= 3 else "train") / f"{name}.png")
+    return root
+
+
+@pytest.mark.slow
+def test_ipt_restoration_benchmark_scores_every_model_against_the_input(tmp_path):
+    data = _skimage_photo_folder(tmp_path / "photos")
+    result = _load_script("ipt_restoration").main(["--quick", "--data", str(data), "--out", str(tmp_path)])
+    assert list(result["runs"]) == ["ipt", "cnn", "single_sr2", "single_denoise30"]
+    assert result["runs"]["single_sr2"]["steps"] == result["runs"]["ipt"]["steps"] // 2  # equal steps per task
+    assert result["num_images"] == 2 and set(result["scores"]) == {"ipt", "cnn", "single"}
+    for scores in result["scores"].values():
+        assert set(scores["degradations"]) == {"sr2", "denoise30"}
+    table = (tmp_path / "ipt_restoration_quick.md").read_text()
+    assert "| sr2 |" in table and "+1.5 dB" in table and (tmp_path / "ipt_restoration_quick_crops.png").is_file()
+
+
+def test_ipt_speed_benchmark_times_tiled_inference(tmp_path):
+    data = _skimage_photo_folder(tmp_path / "photos")
+    rows = _load_script("ipt_speed").main(["--quick", "--data", str(data), "--out", str(tmp_path)])
+    assert [(r["model"], r["batch_size"]) for r in rows] == [("ipt_small", 8), ("ipt_small", 64)]
+    assert all(r["tiles"] == 9 and r["peak_mb"] >= r["loaded_mb"] > 0 and r["images_per_s"] > 0 for r in rows)

@@ -247,3 +247,20 @@ def test_a_vitlab_run_of_ipt_round_trips(tmp_path):
     x = torch.rand(1, 3, 12, 12)
     with torch.no_grad():
         torch.testing.assert_close(again(x, "denoise30"), model(x, "denoise30"))
+
+
+def test_an_official_file_starts_training_of_other_tasks_matched_by_name(tmp_path):
+    """`vitlab train --task restoration --weights IPT_pretrain.pt --degradations denoise30,sr2`: each task the file
+    has restores as the official model's head, body and tail of that name do."""
+    from vitlab.models.ipt import IPTConfig
+    from vitlab.tasks.restoration.task import load_start
+
+    official, path = saved_official(tmp_path, "IPT_pretrain.pt", [2, 3, 4, 1, 1, 1])
+    model = IPTConfig(degradations=("denoise30", "sr2"), channels=8, patch_size=12, num_heads=12,
+                      num_layers=2).build().eval()
+    load_start(model, path)
+    x = torch.rand(1, 3, 12, 12)
+    for name, official_index in (("denoise30", 4), ("sr2", 0)):
+        official.scale_idx = official_index
+        with torch.no_grad():
+            torch.testing.assert_close(model(x, name), official(x * 255) / 255, atol=1e-5, rtol=1e-5)

@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
             c = SimpleNamespace(img_size=c.patch_size, patch_size=c.patch_dim, dim=c.channels * c.patch_dim ** 2,
                                 enc_layers=c.num_layers, dec_layers=c.num_layers, num_heads=c.num_heads,
                                 num_classes="—")
+        elif c.family == "edsr":  # a convnet: its width and residual blocks
+            c = SimpleNamespace(img_size=None, patch_size=None, dim=c.channels, depth=c.num_blocks, num_classes="—")
         print(f"{name:<32} {_size(c.img_size):>9} {_size(getattr(c, 'patch_size', None)):>7} "
               f"{getattr(c, 'dim', '—')!s:>5} {_depth(c):>5} {getattr(c, 'num_heads', '—')!s:>5} {c.num_classes:>7} "
               f"{count_parameters(model):>13,}")
