@@ -110,3 +110,27 @@ def test_restore_writes_images_of_any_size(run_dir, tmp_path, capsys):
     assert item["psnr_y"] == pytest.approx(float(restoration_scores(restored, clean)["psnr_y"][0]))
     assert main(["restore", str(run_dir), str(image), "--degradation", "sr4", "--out", str(tmp_path)]) == 2
     assert "sr2, denoise30" in capsys.readouterr().err  # the run's tasks, named
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_train_different_tasks_in_one_step(photos, tmp_path, monkeypatch, capsys):
+    """Batches alternate by task, so in each step one process trains sr2's head and tail and the other
+    denoise30's (DistributedDataParallel must allow unused parameters); the shards of the evaluation add up to one
+    process's figures on the whole test set."""
+    import subprocess
+
+    from tests.engine.test_distributed import torchrun
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    out = tmp_path / "ddp"
+    done = subprocess.run(torchrun("--task", "restoration", "--model", "ipt_small", "--data", str(photos),
+                                   "--degradations", "sr2,denoise30", "--out", str(out), "--threads", "1",
+                                   "--steps", "2", "--batch-size", "2", "--patches-per-task", "4",
+                                   "--eval-crop", "48"), check=False, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    capsys.readouterr()
+    assert main(["eval", str(out), "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)["degradations"]
+    for name in ("sr2", "denoise30"):
+        assert alone[name]["psnr_y"] == pytest.approx(row[f"{name}_psnr_y"], abs=1e-6)
