@@ -2,7 +2,7 @@
 for ipt_small and ipt_base, with each configuration's peak memory; and a 2048 × 2048 photograph restored with
 bounded memory.
 
-    python benchmarks/ipt_speed.py                      # the table below, about 15 minutes on 2 cores
+    python benchmarks/ipt_speed.py                      # the table below, about 10 minutes on 2 cores
     python benchmarks/ipt_speed.py --quick              # a smoke run
 
 Every configuration runs in a fresh process, so that its peak resident memory (VmHWM, from /proc) is its own;
@@ -25,8 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = Path(__file__).parent / "results"
-PLAN = [("ipt_small", 512, batch) for batch in (8, 32, 128)] + [("ipt_base", 512, batch) for batch in (8, 64)] + \
-    [("ipt_small", 2048, 64)]
+PLAN = [("ipt_small", 512, batch) for batch in (8, 32, 128)] + [("ipt_base", 512, 64), ("ipt_small", 2048, 64)]
 
 
 def memory_mb(field: str) -> float:
