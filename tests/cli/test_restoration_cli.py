@@ -43,7 +43,7 @@ def test_train_then_eval_reports_each_degradation(run_dir, capsys):
     assert last["psnr_y"] == pytest.approx((last["sr2_psnr_y"] + last["denoise30_psnr_y"]) / 2)
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["task"] == "restoration" and saved["data"]["degradations"] == ["sr2", "denoise30"]
-    assert [Path(p).name for p in saved["data"]["test"]] == ["rocket.png", "motorcycle.png"]
+    assert [Path(p).name for p in saved["data"]["test"]] == ["motorcycle.png", "rocket.png"]
 
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--json"]) == 0

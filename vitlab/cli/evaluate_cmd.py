@@ -32,7 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="do not write confusion.png (default: write)")
     restoration = p.add_argument_group("restoration")
     restoration.add_argument("--lr", metavar="DIR", help="LR images for --data's HR images, paired by name "
-                             "(0001x2.png or 0001.png), instead of downscaling here; needs one SR --degradation")
+                             "(0001x2.png or 0001.png), instead of downscaling here; needs one SR --degradation "
+                             "(default: downscale here)")
     restoration.add_argument("--degradation", action="append", metavar="NAME", help="evaluate this task only "
                              "(repeatable) (default: all the run's tasks)")
     restoration.add_argument("--crop", type=int, help="score each image's centre, this many pixels square; 0: "
