@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...data.degradations import scale_of
+from ...data.degradations import baseline, scale_of
 from ...data.photos import packages, photo_paths
 from ...data.restoration import RestorationPairs, RestorationPatches, TaskBatchLoader, image_files, load_photos
 from ...engine.distributed import DistInfo, all_reduce_sum
@@ -173,8 +173,6 @@ class RestorationTask(Task):
                ) -> dict[str, dict[str, float]]:
         """Per degradation, the mean of each metric over the images (split over processes); with_input, also the
         scores of doing nothing (bicubic upscaling, the noisy or rainy input) as input_psnr_y, ..."""
-        from ...data.degradations import baseline
-
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
