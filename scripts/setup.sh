@@ -36,6 +36,14 @@ if ! .venv/bin/python -m pip install --disable-pip-version-check -e ".[test]" >"
     exit 1
 fi
 
+# taming-transformers' own modules are a test reference for VQGAN; its declared dependencies (an old
+# pytorch-lightning, omegaconf, ...) are not needed to import them, and would pull in a different torch
+if ! .venv/bin/python -m pip install --disable-pip-version-check --no-deps "taming-transformers-rom1504==0.0.6" \
+        >>"$LOG" 2>&1; then
+    echo "!! pip could not install taming-transformers-rom1504 (without its dependencies); see $LOG" >&2
+    exit 1
+fi
+
 # Every module the package and its tests import, so that a half-finished install fails here, in one line,
 # and not as a wall of collection errors in pytest.
 if ! .venv/bin/python - <<'PY'
@@ -45,7 +53,7 @@ import sys
 missing = []
 for name in ["torch", "torchvision", "numpy", "PIL", "safetensors", "tqdm", "matplotlib",
              "pytest", "timm", "transformers", "onnx", "onnxscript", "onnxruntime", "pycocotools", "scipy",
-             "torchmetrics", "skimage", "vitlab"]:
+             "torchmetrics", "skimage", "diffusers", "einops", "taming.modules.vqvae.quantize", "vitlab"]:
     try:
         importlib.import_module(name)
     except Exception as error:  # noqa: BLE001 - report every broken module, whatever it raised

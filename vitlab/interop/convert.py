@@ -14,6 +14,7 @@ from ..models.ipt import IPTConfig
 from ..models.registry import apply_overrides, get_config, list_models
 from ..models.setr import SETRConfig
 from ..models.vit import ViTConfig
+from ..models.vqgan import VQGANConfig
 from .formats import read_checkpoint
 from .weights import load_model, load_weights, save_weights
 
@@ -21,7 +22,7 @@ from .weights import load_model, load_weights, save_weights
 CHECKPOINT_DECIDES = ("num_classes", "img_size", "in_chans")
 # families whose checkpoints say everything about the architecture (a config.json or their shapes)
 WHOLE_ARCHITECTURE = {"detr": DETRConfig, "deformable_detr": DeformableDETRConfig, "setr": SETRConfig,
-                      "ipt": IPTConfig}
+                      "ipt": IPTConfig, "vqgan": VQGANConfig}
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:

@@ -31,12 +31,14 @@ import torch
 from .detr_formats import detr_architecture, detr_state, is_detr_state, unused_stages_dropped
 from .ipt_formats import ipt_architecture, ipt_state, is_ipt_state
 from .setr_formats import is_setr_state, setr_architecture, setr_state
+from .vqgan_formats import is_vqgan_state, vqgan_architecture, vqgan_state
 from .weights import CONFIG_KEY, read_state_dict
 
 
 @dataclass
 class CheckpointInfo:
-    format: str  # "vitlab" | "timm" | "huggingface" | "npz" | "official" (DETR family) | "setr" | "ipt"
+    # "vitlab" | "timm" | "huggingface" | "npz" | "official" (DETR family) | "setr" | "ipt" | "taming" | "diffusers"
+    format: str
     norm_eps: float | None = None  # None: the file does not say
     architecture: dict[str, Any] = field(default_factory=dict)  # ViTConfig fields the file determines
     metadata: dict[str, str] = field(default_factory=dict)
@@ -53,6 +55,10 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], C
     state, metadata = read_state_dict(path)
     if CONFIG_KEY in metadata:
         return state, CheckpointInfo("vitlab", metadata=metadata)
+    if is_vqgan_state(state):
+        config = path.parent / "config.json"
+        hf_config = json.loads(config.read_text()) if config.is_file() else {}
+        return _from_vqgan(state, hf_config if hf_config.get("_class_name") == "VQModel" else None)
     if is_ipt_state(state):
         state = ipt_state(state)
         return state, CheckpointInfo("ipt", architecture=ipt_architecture(state, path.name))
@@ -77,7 +83,8 @@ def _looks_like_huggingface(state: dict[str, torch.Tensor]) -> bool:
 
 def _read_huggingface_folder(folder: Path) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
     config_path = folder / "config.json"
-    weights = [folder / name for name in ("model.safetensors", "pytorch_model.bin") if (folder / name).is_file()]
+    weights = [folder / name for name in ("model.safetensors", "pytorch_model.bin", "diffusion_pytorch_model.safetensors",
+                                          "diffusion_pytorch_model.bin") if (folder / name).is_file()]
     if not config_path.is_file() or not weights:
         raise FileNotFoundError(
             f"{folder} is not a Hugging Face model folder: expected config.json and model.safetensors "
@@ -85,9 +92,18 @@ def _read_huggingface_folder(folder: Path) -> tuple[dict[str, torch.Tensor], Che
         )
     state, _ = read_state_dict(weights[0])
     hf_config = json.loads(config_path.read_text())
+    if hf_config.get("_class_name") == "VQModel" or is_vqgan_state(state):
+        return _from_vqgan(state, hf_config)
     if hf_config.get("model_type") in DETR_TYPES or is_detr_state(state):
         return _from_detr(state, hf_config)
     return _from_huggingface(state, hf_config)
+
+
+def _from_vqgan(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None):
+    """A taming-transformers VQGAN or a diffusers VQModel, in vitlab's names."""
+    source = "diffusers" if any(key.startswith("encoder.down_blocks.") for key in state) else "taming"
+    state = vqgan_state(state)
+    return state, CheckpointInfo(source, architecture=vqgan_architecture(state, hf_config))
 
 
 DETR_TYPES = ("detr", "deformable_detr")  # Hugging Face's model_type of the detectors

@@ -305,3 +305,25 @@ class PreNormDecoderBlock(DecoderBlock):
         x = x + self.drop_path2(self.attend_memory(self.norm2(x), memory, memory_mask, cache,
                                                    memory_key_padding_mask, pos, query_pos))
         return x + self.drop_path3(self.mlp(self.norm3(x)))
+
+
+class SpatialSelfAttention(nn.Module):
+    """Self-attention over the pixels of a feature map, each pixel a token (VQGAN's attention block):
+
+        x + Attention(GN(x) as H·W tokens of width C)         one head, softmax(QKᵀ/√C)V
+
+    x: (B, C, H, W) -> (B, C, H, W). The attention is vitlab's `MultiHeadAttention` (with biases), so its explicit
+    and fused paths apply here as everywhere; `num_heads` > 1 splits C as usual.
+    """
+
+    def __init__(self, channels: int, num_heads: int = 1, num_groups: int = 32, eps: float = 1e-6,
+                 fused_attn: bool = True) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(num_groups, channels, eps=eps)
+        self.attn = MultiHeadAttention(channels, num_heads, qkv_bias=True, fused=fused_attn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.shape
+        tokens = self.norm(x).flatten(2).transpose(1, 2)  # (B, C, H, W) -> (B, H·W, C)
+        out = self.attn(tokens).transpose(1, 2).reshape(B, C, H, W)
+        return x + out

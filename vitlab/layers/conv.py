@@ -1,11 +1,17 @@
-"""Convolutional blocks of image restoration networks (EDSR, Lim et al. 2017; IPT's heads and tails).
+"""Convolutional blocks: of image restoration networks (EDSR, Lim et al. 2017; IPT's heads and tails), and of
+VQGAN's autoencoder (Esser et al. 2021).
 
     ResBlock      x + res_scale · conv(act(conv(x)))          no BatchNorm: it hurts restoration (EDSR §3.1)
     Upsampler     ×2ᵏ: k × [conv 3×3 to 4C → PixelShuffle(2)];  ×3: conv 3×3 to 9C → PixelShuffle(3);  ×1: nothing
     MeanShift     x − rgb_range · mean (sign −1) or x + rgb_range · mean (sign +1), per channel, divided by std
 
 Sub-module names follow EDSR's code (`body.0`, `body.2`; the upsampler's convolutions at 0, 2, ...), which IPT's
-release reuses, so their checkpoints load as they are. Shapes: (B, C, H, W) throughout.
+release reuses, so their checkpoints load as they are.
+
+    NormResBlock  skip(x) + conv(SiLU(GN(conv(SiLU(GN(x))))))   VQGAN's: GroupNorm, SiLU, a 1×1 skip on a new width
+    Downsample    pad right and bottom, 3×3 conv of stride 2;   Upsample: nearest ×2, 3×3 conv
+
+Shapes: (B, C, H, W) throughout.
 """
 
 from __future__ import annotations
@@ -72,3 +78,52 @@ class MeanShift(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, self.weight, self.bias)
+
+
+# ---- the convolutional autoencoder of VQGAN (Esser et al. 2021), after DDPM's U-Net (Ho et al. 2020) ----------
+class NormResBlock(nn.Module):
+    """x + conv(SiLU(GN(conv(SiLU(GN(x)))))), with a 1×1 convolution on the skip path when the width changes.
+
+    GroupNorm rather than BatchNorm: the statistics of one image, so that a batch of one behaves as in training.
+    (B, in_channels, H, W) -> (B, out_channels, H, W). Names follow taming-transformers' ResnetBlock, whose
+    `nin_shortcut` is `shortcut` here.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int | None = None, dropout: float = 0.0,
+                 num_groups: int = 32, eps: float = 1e-6) -> None:
+        super().__init__()
+        out_channels = out_channels or in_channels
+        self.norm1 = nn.GroupNorm(num_groups, in_channels, eps=eps)
+        self.conv1 = same_conv(in_channels, out_channels, 3)
+        self.norm2 = nn.GroupNorm(num_groups, out_channels, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.conv2 = same_conv(out_channels, out_channels, 3)
+        self.shortcut = nn.Conv2d(in_channels, out_channels, 1) if in_channels != out_channels else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(F.silu(self.norm1(x)))
+        h = self.conv2(self.dropout(F.silu(self.norm2(h))))
+        return self.shortcut(x) + h
+
+
+class Downsample(nn.Module):
+    """(B, C, H, W) -> (B, C, H/2, W/2): a 3×3 convolution of stride 2 after padding one pixel on the right and at
+    the bottom only (taming's and diffusers' layout, so their weights give their outputs)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.pad(x, (0, 1, 0, 1)))
+
+
+class Upsample(nn.Module):
+    """(B, C, H, W) -> (B, C, 2H, 2W): nearest-neighbour ×2, then a 3×3 convolution."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = same_conv(channels, channels, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))

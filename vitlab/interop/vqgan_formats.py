@@ -1,0 +1,132 @@
+"""VQGAN checkpoints of taming-transformers (the official code) and of diffusers' `VQModel`, mapped to vitlab's
+names (models/vqgan.py, which follow taming's).
+
+    taming                                      diffusers VQModel                              vitlab
+    encoder.down.{i}.block.{j}                  encoder.down_blocks.{i}.resnets.{j}            encoder.down.{i}.block.{j}
+      .nin_shortcut                               .conv_shortcut                                 .shortcut
+    encoder.down.{i}.attn.{j}                   encoder.down_blocks.{i}.attentions.{j}         encoder.down.{i}.attn.{j}
+    encoder.down.{i}.downsample.conv            encoder.down_blocks.{i}.downsamplers.0.conv    (the same as taming)
+    {en,de}coder.mid.block_1 / block_2          {en,de}coder.mid_block.resnets.0 / 1           (the same as taming)
+    {en,de}coder.mid.attn_1                     {en,de}coder.mid_block.attentions.0
+    {en,de}coder.norm_out                       {en,de}coder.conv_norm_out
+    decoder.up.{i}, up.0 at full resolution     decoder.up_blocks.{n−1−i}, 0 at the lowest     decoder.up.{i}
+    decoder.up.{i}.upsample.conv                decoder.up_blocks.{n−1−i}.upsamplers.0.conv
+    loss.discriminator.main.*                   (none)                                         discriminator.main.*
+
+Attention: taming's q, k, v, proj_out are 1×1 convolutions (C, C, 1, 1); diffusers' to_q, to_k, to_v, to_out.0
+are Linear layers (older diffusers files: query, key, value, proj_attn), and its norm is `group_norm`. vitlab
+stacks the three input projections into one `attn.qkv` (3C, C) and calls the output `attn.proj`.
+
+Both libraries place β the other way round from the paper (layers/quantize.py): their models load with
+`legacy=True`, so that they train as they did. A taming training checkpoint (.ckpt) also holds the perceptual
+loss's VGG weights (`loss.perceptual_loss.*`), which vitlab does not use; they are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+TAMING_ATTENTION = {"q": 0, "k": 1, "v": 2}
+DIFFUSERS_ATTENTION = {"to_q": 0, "to_k": 1, "to_v": 2, "query": 0, "key": 1, "value": 2}
+
+
+def is_vqgan_state(state: dict[str, torch.Tensor]) -> bool:
+    return "quantize.embedding.weight" in state and "encoder.conv_in.weight" in state
+
+
+def is_diffusers(state: dict[str, torch.Tensor]) -> bool:
+    return any(k.startswith("encoder.down_blocks.") for k in state)
+
+
+def vqgan_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A taming or diffusers state dict -> vitlab's names (a vitlab state passes through)."""
+    if is_diffusers(state):
+        levels = 1 + max(int(m.group(1)) for k in state if (m := re.match(r"decoder\.up_blocks\.(\d+)\.", k)))
+        state = {_diffusers_name(key, levels): value for key, value in state.items()}
+    state = {key.replace("loss.discriminator.", "discriminator.").replace(".nin_shortcut.", ".shortcut."): value
+             for key, value in state.items() if not key.startswith("loss.perceptual_loss.")}
+    state = _fuse_attention(state)
+    # the quantiser's bookkeeping (layers/quantize.py): a loaded codebook is started, its restart window empty
+    num_codes = state["quantize.embedding.weight"].shape[0]
+    state.setdefault("quantize.initialized", torch.tensor(True))
+    state.setdefault("quantize.code_counts", torch.zeros(num_codes))
+    state.setdefault("quantize.window_steps", torch.zeros((), dtype=torch.long))
+    return state
+
+
+def _diffusers_name(key: str, levels: int) -> str:
+    key = re.sub(r"^encoder\.down_blocks\.(\d+)\.resnets\.", r"encoder.down.\1.block.", key)
+    key = re.sub(r"^encoder\.down_blocks\.(\d+)\.attentions\.", r"encoder.down.\1.attn.", key)
+    key = re.sub(r"^encoder\.down_blocks\.(\d+)\.downsamplers\.0\.", r"encoder.down.\1.downsample.", key)
+    up = re.match(r"^decoder\.up_blocks\.(\d+)\.(.+)$", key)
+    if up:
+        rest = up.group(2).replace("resnets.", "block.", 1).replace("attentions.", "attn.", 1)
+        rest = rest.replace("upsamplers.0.", "upsample.", 1)
+        key = f"decoder.up.{levels - 1 - int(up.group(1))}.{rest}"
+    key = re.sub(r"\.mid_block\.resnets\.0\.", ".mid.block_1.", key)
+    key = re.sub(r"\.mid_block\.resnets\.1\.", ".mid.block_2.", key)
+    key = re.sub(r"\.mid_block\.attentions\.0\.", ".mid.attn_1.", key)
+    key = key.replace(".conv_norm_out.", ".norm_out.").replace(".conv_shortcut.", ".shortcut.")
+    key = re.sub(r"(\.attn(?:_1|\.\d+))\.group_norm\.", r"\1.norm.", key)
+    key = re.sub(r"(\.attn(?:_1|\.\d+))\.(?:to_out\.0|proj_attn)\.", r"\1.proj_out.", key)
+    return key
+
+
+def _fuse_attention(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Separate q, k, v projections (1×1 convolutions or Linear layers) -> one `attn.qkv`; proj_out -> attn.proj."""
+    out: dict[str, torch.Tensor] = {}
+    qkv: dict[tuple[str, str], list[torch.Tensor | None]] = {}
+    for key, value in state.items():
+        match = re.match(r"(.+\.attn(?:_1|\.\d+))\.(q|k|v|to_q|to_k|to_v|query|key|value|proj_out)\.(weight|bias)$",
+                         key)
+        if not match:
+            out[key] = value
+            continue
+        stem, part, kind = match.groups()
+        value = value.flatten(1) if kind == "weight" else value  # (C, C, 1, 1) -> (C, C)
+        if part == "proj_out":
+            out[f"{stem}.attn.proj.{kind}"] = value
+        else:
+            slot = TAMING_ATTENTION.get(part, DIFFUSERS_ATTENTION.get(part))
+            qkv.setdefault((stem, kind), [None, None, None])[slot] = value
+    for (stem, kind), parts in qkv.items():
+        if any(p is None for p in parts):
+            raise ValueError(f"the attention at {stem} lacks one of its query, key and value {kind}s")
+        out[f"{stem}.attn.qkv.{kind}"] = torch.cat(parts)
+    return out
+
+
+def vqgan_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """VQGANConfig fields from a state dict in vitlab's names (and a diffusers config.json when there is one)."""
+    c = hf_config or {}
+    if c.get("norm_type", "group") != "group":
+        raise ValueError(f"this VQModel uses norm_type={c['norm_type']!r} (MoVQ's spatial norm); vitlab's VQGAN "
+                         f"has GroupNorm only")
+    ch = state["encoder.conv_in.weight"].shape[0]
+    levels = 1 + max(int(m.group(1)) for k in state if (m := re.match(r"encoder\.down\.(\d+)\.", k)))
+    widths = [state[f"encoder.down.{i}.block.0.conv1.weight"].shape[0] for i in range(levels)]
+    if any(w % ch for w in widths):
+        raise ValueError(f"level widths {widths} are not multiples of the first width {ch}")
+    blocks = 1 + max(int(m.group(1)) for k in state if (m := re.match(r"encoder\.down\.0\.block\.(\d+)\.", k)))
+    resolution = c.get("sample_size", 256)
+    resolution = resolution[0] if isinstance(resolution, list | tuple) else resolution
+    f = 2 ** (levels - 1)
+    resolution = max(f, resolution - resolution % f)
+    attn = tuple(resolution // 2 ** i for i in range(levels)
+                 if any(k.startswith(f"encoder.down.{i}.attn.") for k in state))
+    discriminator = sorted({int(m.group(1)) for k in state
+                            if (m := re.match(r"discriminator\.main\.(\d+)\.weight$", k))
+                            and state[k].ndim == 4})
+    return {
+        "family": "vqgan", "in_chans": state["encoder.conv_in.weight"].shape[1], "out_chans": state["decoder.conv_out.weight"].shape[0],
+        "resolution": resolution, "ch": ch, "ch_mult": tuple(w // ch for w in widths), "num_res_blocks": blocks,
+        "attn_resolutions": attn, "mid_attention": "encoder.mid.attn_1.attn.qkv.weight" in state,
+        "z_channels": state["encoder.conv_out.weight"].shape[0], "embed_dim": state["quant_conv.weight"].shape[0],
+        "num_codes": state["quantize.embedding.weight"].shape[0], "num_groups": c.get("norm_num_groups", 32),
+        "legacy": True,
+        "disc_layers": len(discriminator) - 2 if discriminator else 0,
+        "disc_channels": state["discriminator.main.0.weight"].shape[0] if discriminator else 64,
+    }
