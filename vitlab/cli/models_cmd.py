@@ -38,6 +38,12 @@ def run(args: argparse.Namespace) -> int:
                                 num_classes="—")
         elif c.family == "edsr":  # a convnet: its width and residual blocks
             c = SimpleNamespace(img_size=None, patch_size=None, dim=c.channels, depth=c.num_blocks, num_classes="—")
+        elif c.family == "vqgan":  # an autoencoder: its training size, downsampling factor f as the "patch", codes
+            c = SimpleNamespace(img_size=c.resolution, patch_size=2 ** (len(c.ch_mult) - 1), dim=c.embed_dim,
+                                depth=len(c.ch_mult), num_classes=f"{c.num_codes} codes")
+        elif c.family == "gpt_prior":  # a code-sequence model: its code grid as the "image"
+            c = SimpleNamespace(img_size=c.grid, patch_size=None, dim=c.dim, depth=c.depth, num_heads=c.num_heads,
+                                num_classes=c.num_classes)
         print(f"{name:<32} {_size(c.img_size):>9} {_size(getattr(c, 'patch_size', None)):>7} "
               f"{getattr(c, 'dim', '—')!s:>5} {_depth(c):>5} {getattr(c, 'num_heads', '—')!s:>5} {c.num_classes:>7} "
               f"{count_parameters(model):>13,}")

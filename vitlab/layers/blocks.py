@@ -102,12 +102,24 @@ class EncoderBlock(nn.Module):
         self.drop_path2 = drop_path_or_identity(drop_path)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                key_padding_mask: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> torch.Tensor:
+                key_padding_mask: torch.Tensor | None = None, pos: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> torch.Tensor:
         """x: (B, N, D), attn_mask broadcastable to (B, heads, N, N), key_padding_mask (B, N), pos broadcastable to
-        (B, N, D), added to queries and keys. Returns (B, N, D)."""
+        (B, N, D), added to queries and keys. Returns (B, N, D).
+
+        With a `cache` (a decoder-only transformer, GPT's block under a causal mask), x holds only the N new tokens,
+        which attend to the cached ones and to each other; attn_mask must then broadcast to (B, heads, N, T + N)
+        (None when N = 1) and key_padding_mask must be None."""
         # unused layer scale and drop path are nn.Identity: skipped rather than called (see call_unless_noop)
-        x = self.add_residual(x, self.self_attention(self.norm1(x), attn_mask, key_padding_mask, pos),
-                              self.attn, self.ls1, self.drop_path1)
+        h = self.norm1(x)
+        if cache is None:
+            attended = self.self_attention(h, attn_mask, key_padding_mask, pos)
+        else:
+            if key_padding_mask is not None:
+                raise ValueError("a cached step takes no key_padding_mask: fold it into attn_mask")
+            qk = with_pos(h, pos)
+            attended = attend_with_cache(self.attn, qk, h, attn_mask, cache)
+        x = self.add_residual(x, attended, self.attn, self.ls1, self.drop_path1)
         x = self.add_residual(x, self.mlp(self.norm2(x)), self.mlp, self.ls2, self.drop_path2)
         return x
 
@@ -209,6 +221,17 @@ class KVCache:
                 setattr(self, name, tensor.index_select(0, index))
 
 
+def attend_with_cache(attn: MultiHeadAttention, qk: torch.Tensor, v_source: torch.Tensor,
+                      attn_mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
+    """Self-attention of N new tokens over the T cached ones and themselves, appending their keys and values to
+    the cache. qk (B, N, D): the queries' and keys' source; v_source (B, N, D): the values'. Returns (B, N, D)."""
+    q, k, v = attn.project_qkv(qk, qk, v_source)  # (B, heads, N, head_dim) each
+    if cache.self_k is not None:  # earlier tokens first: (B, heads, T, head_dim) + new -> (B, heads, T + N, ...)
+        k, v = torch.cat([cache.self_k, k], dim=2), torch.cat([cache.self_v, v], dim=2)
+    cache.self_k, cache.self_v = k, v
+    return attn.attend(q, k, v, attn_mask=attn_mask)
+
+
 class DecoderBlock(nn.Module):
     """Post-norm decoder block of the original Transformer (Vaswani et al. §3.1), the block DETR reuses:
 
@@ -272,11 +295,7 @@ class DecoderBlock(nn.Module):
         qk = with_pos(h, query_pos)  # h itself without positions: one fused matmul for q, k and v
         if cache is None:
             return self.self_attn(qk, qk, h, attn_mask=self_mask)
-        q, k, v = self.self_attn.project_qkv(qk, qk, h)  # (B, heads, N, head_dim) each
-        if cache.self_k is not None:  # earlier tokens first: (B, heads, T, head_dim) + new -> (B, heads, T + N, ...)
-            k, v = torch.cat([cache.self_k, k], dim=2), torch.cat([cache.self_v, v], dim=2)
-        cache.self_k, cache.self_v = k, v
-        return self.self_attn.attend(q, k, v, attn_mask=self_mask)
+        return attend_with_cache(self.self_attn, qk, h, self_mask, cache)
 
     def attend_memory(self, h: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor | None,
                       cache: KVCache | None, memory_key_padding_mask: torch.Tensor | None = None,

@@ -100,4 +100,4 @@ def config_from_dict(data: dict[str, Any]) -> Any:
 
 def _import_families() -> None:
     # registering happens on import of each family's module
-    from . import deformable_detr, deit, detr, edsr, ipt, resnet, setr, vit, vqgan  # noqa: F401
+    from . import deformable_detr, deit, detr, edsr, gpt_prior, ipt, resnet, setr, vit, vqgan  # noqa: F401
