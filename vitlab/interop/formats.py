@@ -83,8 +83,9 @@ def _looks_like_huggingface(state: dict[str, torch.Tensor]) -> bool:
 
 def _read_huggingface_folder(folder: Path) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
     config_path = folder / "config.json"
-    weights = [folder / name for name in ("model.safetensors", "pytorch_model.bin", "diffusion_pytorch_model.safetensors",
-                                          "diffusion_pytorch_model.bin") if (folder / name).is_file()]
+    names = ("model.safetensors", "pytorch_model.bin", "diffusion_pytorch_model.safetensors",
+             "diffusion_pytorch_model.bin")  # transformers', then diffusers' file names
+    weights = [folder / name for name in names if (folder / name).is_file()]
     if not config_path.is_file() or not weights:
         raise FileNotFoundError(
             f"{folder} is not a Hugging Face model folder: expected config.json and model.safetensors "

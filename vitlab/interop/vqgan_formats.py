@@ -1,17 +1,17 @@
 """VQGAN checkpoints of taming-transformers (the official code) and of diffusers' `VQModel`, mapped to vitlab's
 names (models/vqgan.py, which follow taming's).
 
-    taming                                      diffusers VQModel                              vitlab
-    encoder.down.{i}.block.{j}                  encoder.down_blocks.{i}.resnets.{j}            encoder.down.{i}.block.{j}
-      .nin_shortcut                               .conv_shortcut                                 .shortcut
-    encoder.down.{i}.attn.{j}                   encoder.down_blocks.{i}.attentions.{j}         encoder.down.{i}.attn.{j}
-    encoder.down.{i}.downsample.conv            encoder.down_blocks.{i}.downsamplers.0.conv    (the same as taming)
-    {en,de}coder.mid.block_1 / block_2          {en,de}coder.mid_block.resnets.0 / 1           (the same as taming)
-    {en,de}coder.mid.attn_1                     {en,de}coder.mid_block.attentions.0
-    {en,de}coder.norm_out                       {en,de}coder.conv_norm_out
-    decoder.up.{i}, up.0 at full resolution     decoder.up_blocks.{n−1−i}, 0 at the lowest     decoder.up.{i}
-    decoder.up.{i}.upsample.conv                decoder.up_blocks.{n−1−i}.upsamplers.0.conv
-    loss.discriminator.main.*                   (none)                                         discriminator.main.*
+    taming (= vitlab, but for the last column)    diffusers VQModel                            vitlab differs
+    encoder.down.{i}.block.{j}                    encoder.down_blocks.{i}.resnets.{j}
+      .nin_shortcut                                 .conv_shortcut                               .shortcut
+    encoder.down.{i}.attn.{j}                     encoder.down_blocks.{i}.attentions.{j}
+    encoder.down.{i}.downsample.conv              encoder.down_blocks.{i}.downsamplers.0.conv
+    {en,de}coder.mid.block_1 / block_2            {en,de}coder.mid_block.resnets.0 / 1
+    {en,de}coder.mid.attn_1                       {en,de}coder.mid_block.attentions.0
+    {en,de}coder.norm_out                         {en,de}coder.conv_norm_out
+    decoder.up.{i}, up.0 at full resolution       decoder.up_blocks.{n−1−i}, 0 at the lowest
+    decoder.up.{i}.upsample.conv                  decoder.up_blocks.{n−1−i}.upsamplers.0.conv
+    loss.discriminator.main.*                     (none)                                       discriminator.main.*
 
 Attention: taming's q, k, v, proj_out are 1×1 convolutions (C, C, 1, 1); diffusers' to_q, to_k, to_v, to_out.0
 are Linear layers (older diffusers files: query, key, value, proj_attn), and its norm is `group_norm`. vitlab
@@ -121,7 +121,8 @@ def vqgan_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any]
                             if (m := re.match(r"discriminator\.main\.(\d+)\.weight$", k))
                             and state[k].ndim == 4})
     return {
-        "family": "vqgan", "in_chans": state["encoder.conv_in.weight"].shape[1], "out_chans": state["decoder.conv_out.weight"].shape[0],
+        "family": "vqgan", "in_chans": state["encoder.conv_in.weight"].shape[1],
+        "out_chans": state["decoder.conv_out.weight"].shape[0],
         "resolution": resolution, "ch": ch, "ch_mult": tuple(w // ch for w in widths), "num_res_blocks": blocks,
         "attn_resolutions": attn, "mid_attention": "encoder.mid.attn_1.attn.qkv.weight" in state,
         "z_channels": state["encoder.conv_out.weight"].shape[0], "embed_dim": state["quant_conv.weight"].shape[0],

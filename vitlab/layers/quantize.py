@@ -105,7 +105,7 @@ class VectorQuantizer(nn.Module):
     def forward(self, z: torch.Tensor) -> QuantizerOutput:
         """z (B, D, H, W) -> QuantizerOutput. In training, first the k-means start and the dead-code restarts."""
         B, D, H, W = z.shape
-        if D != self.dim:
+        if self.dim != D:
             raise ValueError(f"expected latents with {self.dim} channels (the code width), got shape {tuple(z.shape)}")
         flat = z.permute(0, 2, 3, 1).reshape(-1, D)  # (N, D), one latent vector per position
         if self.training:

@@ -108,7 +108,7 @@ class GPTPrior(nn.Module):
         """indices (B, L) the codes of whole images (row by row), labels (B,) their classes (None: class 0) ->
         logits (B, L, K), the prediction of each code from the ones before it."""
         B, L = indices.shape
-        if L != self.seq_len:
+        if self.seq_len != L:
             raise ValueError(f"expected {self.seq_len} codes per image (a {self.config.grid[0]}×"
                              f"{self.config.grid[1]} grid), got {L}")
         labels = self._labels(labels, B, indices.device)
