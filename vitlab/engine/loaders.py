@@ -104,3 +104,21 @@ class EpochDataLoader(EpochBatches):
         loader = DataLoader(self.dataset, batch_size=self.batch_size, sampler=order, drop_last=self.drop_last,
                             num_workers=self.num_workers, generator=generator, collate_fn=self.collate_fn)
         yield from loader
+
+
+class TensorBatches(EpochBatches):
+    """Batches of rows of in-memory tensors, as they are (no conversion): tensors (N, ...) each -> tuples of their
+    rows (B, ...). The prior's code sequences and labels."""
+
+    def __init__(self, *tensors: torch.Tensor, batch_size: int, shuffle: bool = False, drop_last: bool = False,
+                 seed: int = 0, num_replicas: int = 1, rank: int = 0) -> None:
+        if not tensors or any(len(t) != len(tensors[0]) for t in tensors):
+            raise ValueError(f"expected tensors with one row per sample, got lengths {[len(t) for t in tensors]}")
+        self.tensors, self.batch_size, self.drop_last = tensors, batch_size, drop_last
+        self.sampler = EpochSampler(len(tensors[0]), shuffle, seed, 1, num_replicas, rank, True)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        order = self.sampler.order(epoch_generator(self.sampler.seed, self.epoch))
+        for i in range(len(self)):
+            index = order[i * self.batch_size:(i + 1) * self.batch_size]
+            yield tuple(t[index] for t in self.tensors)

@@ -129,6 +129,18 @@ class Stepper:
         optimizer.zero_grad(set_to_none=True)
         self.schedulers[name].step()
 
+    def skip(self, name: str) -> None:
+        """Advance the schedule of optimizer `name` on a step where it has nothing to do (a GAN's discriminator
+        before it starts), so that its learning rate follows the same clock as the others'."""
+        if self.stepping:
+            with warnings.catch_warnings():  # torch warns of a schedule stepped before its optimizer: intended here
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+                self.schedulers[name].step()
+
+    def steps_taken(self, name: str = "model") -> int:
+        """Optimizer steps taken so far by optimizer `name` (its schedule's count; saved and resumed with it)."""
+        return int(self.schedulers[name].last_epoch)
+
     def lr(self) -> float:
         return max(group["lr"] for optimizer in self.optimizers.values() for group in optimizer.param_groups)
 

@@ -1,0 +1,156 @@
+"""A finished VQGAN or prior run: `vitlab eval` (reconstruction and, for a prior, generation scores), `vitlab sample`
+(a grid of class-conditional samples) and `vitlab reconstruct` (images through the autoencoder)."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from ...atomic import atomic_write
+from ...data.folder import load_image
+from ...data.generation import GenerationImages
+from .metrics import (
+    class_accuracy,
+    fid,
+    from_uint8,
+    load_classifier_features,
+    reconstruction_scores,
+    to_unit,
+)
+from .prior_task import balanced_labels, code_loss, encode_images, load_vqgan_run, sample_images, vqgan_images
+
+
+def vqgan_of(task, model, saved) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The VQGAN of a vqgan run (the model itself) or of a prior run (the run its --vqgan names)."""
+    if task.name == "vqgan":
+        return model.eval(), saved
+    return load_vqgan_run(saved["config"]["vqgan"])
+
+
+def evaluate_run(task, model, saved: dict[str, Any], run_dir, data_dir: str | None = None,
+                 classifier: str | None = None, samples: int | None = None, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, **_: Any) -> dict[str, Any]:
+    """psnr, ssim, usage, perplexity on the whole test set; for a prior also test_loss and, with a classifier
+    (given, or the run's own), fid, fid_floor, class_acc of `samples` class-conditional samples."""
+    vqgan, vqgan_saved = vqgan_of(task, model, saved)
+    images = vqgan_images(vqgan_saved, data_dir)
+    result: dict[str, Any] = {"run": str(run_dir), "task": task.name, "num_test": len(images.test),
+                              **reconstruction_scores(vqgan, images, progress=True)}
+    if task.name != "prior":
+        return result
+    c = task.config
+    prior = model.eval()
+    codes = encode_images(vqgan, images.test, desc="encoding the test images")
+    result["test_loss"] = code_loss(prior, codes, images.test_labels)
+    classifier = classifier or c.classifier
+    if classifier:
+        n = samples if samples is not None else c.eval_samples
+        labels = balanced_labels(n, prior.config.num_classes)
+        drawn = sample_images(prior, vqgan, labels, c.temperature if temperature is None else temperature,
+                              top_k if top_k is not None else c.top_k, top_p if top_p is not None else c.top_p,
+                              generator=torch.Generator().manual_seed(0))
+        features = load_classifier_features(classifier, images.crop)
+        floor = images.train[torch.randperm(len(images.train), generator=torch.Generator().manual_seed(0))[:n]]
+        result.update({"fid": fid(features, images.test, drawn), "fid_floor": fid(features, images.test, floor),
+                       "class_acc": class_accuracy(features, drawn, labels), "samples": n,
+                       "classifier": str(classifier)})
+    return result
+
+
+def format_evaluation(result: dict[str, Any], which: str) -> str:
+    lines = [f"{result['run']} ({which} weights), {result['num_test']} test images:",
+             f"  reconstruction PSNR {result['psnr']:.2f} dB, SSIM {result['ssim']:.4f}",
+             f"  codebook usage {100 * result['usage']:.1f} %, perplexity {result['perplexity']:.1f}"]
+    if "test_loss" in result:
+        lines.append(f"  prior: test cross-entropy {result['test_loss']:.4f} nats per code")
+    if "fid" in result:
+        lines.append(f"  {result['samples']} samples: FID {result['fid']:.2f} (floor, training against test images: "
+                     f"{result['fid_floor']:.2f}), recognised as their class {100 * result['class_acc']:.1f} %")
+    return "\n".join(lines)
+
+
+# ---- pictures -----------------------------------------------------------------------------------------------------
+def grid_picture(images: torch.Tensor, columns: int, pad: int = 2) -> Image.Image:
+    """images (N, C, H, W) in [0, 1] -> one picture, `columns` per row, `pad` white pixels between."""
+    N, C, H, W = images.shape
+    rows = math.ceil(N / columns)
+    canvas = torch.ones(C, rows * (H + pad) + pad, columns * (W + pad) + pad)
+    for i, image in enumerate(images):
+        r, col = divmod(i, columns)
+        canvas[:, pad + r * (H + pad):pad + r * (H + pad) + H, pad + col * (W + pad):pad + col * (W + pad) + W] = image
+    array = (canvas.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
+    return Image.fromarray(array[..., 0] if C == 1 else array)
+
+
+def save_picture(picture: Image.Image, path: str | Path) -> Path:
+    """PNG written atomically (a temporary file, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+    return path
+
+
+def sample_grid(task, prior, saved: dict[str, Any], out: str | Path, class_index: int | None = None, n: int = 16,
+                temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0,
+                use_cache: bool = True) -> dict[str, Any]:
+    """n samples of one class (or n of each class, a row per class) as one PNG."""
+    if task.name != "prior":
+        raise ValueError(f"`vitlab sample` takes a prior run (vitlab train --task prior); this is a {task.name} run")
+    vqgan, _ = load_vqgan_run(saved["config"]["vqgan"])
+    classes = saved["data"]["classes"]
+    if class_index is not None and not 0 <= class_index < len(classes):
+        raise ValueError(f"--class must be one of 0 … {len(classes) - 1} ({', '.join(classes)}), got {class_index}")
+    labels = (torch.full((n,), class_index) if class_index is not None
+              else torch.arange(len(classes)).repeat_interleave(n))
+    images = sample_images(prior.eval(), vqgan, labels, temperature, top_k, top_p,
+                           generator=torch.Generator().manual_seed(seed), use_cache=use_cache)
+    columns = min(n, 8) if class_index is not None else n
+    path = save_picture(grid_picture(images, columns), out)
+    return {"out": str(path), "samples": len(labels),
+            "classes": [classes[class_index]] if class_index is not None else classes}
+
+
+def prepare_image(path: str, images_like: dict[str, Any]) -> torch.Tensor:
+    """An image file -> (1, C, S, S) in [-1, 1], shaped as the run's data: resized to the data's own pixels
+    (S − 2·pad), then padded as the data was."""
+    channels, size, pad = images_like["channels"], images_like["img_size"], images_like.get("pad", 0)
+    picture = load_image(path, channels).resize((size - 2 * pad,) * 2, Image.Resampling.BICUBIC)
+    array = np.asarray(picture, dtype=np.uint8)
+    x = torch.from_numpy(array.copy()).view(size - 2 * pad, size - 2 * pad, channels).permute(2, 0, 1)[None]
+    x = F.pad(x, (pad,) * 4) if pad else x
+    return from_uint8(x)
+
+
+@torch.no_grad()
+def reconstruct_files(task, model, saved: dict[str, Any], inputs: list[str], out: str | Path) -> list[dict[str, Any]]:
+    """Each image through the VQGAN: NAME_reconstruction.png (the input beside its reconstruction), with the PSNR
+    of the reconstruction on the image's own pixels."""
+    vqgan, vqgan_saved = vqgan_of(task, model, saved)
+    data = vqgan_saved["data"]
+    crop = GenerationImages("", torch.empty(0), torch.empty(0), torch.empty(0), torch.empty(0), [],
+                            data.get("pad", 0)).crop
+    results = []
+    for path in inputs:
+        x = prepare_image(path, data)
+        output = vqgan(x)
+        original, rebuilt = crop(to_unit(x)), crop(to_unit(output.reconstruction))
+        mse = float(((original - rebuilt) ** 2).mean())
+        psnr = 10 * math.log10(1 / mse) if mse > 0 else float("inf")
+        target = Path(out) / f"{Path(path).stem}_reconstruction.png"
+        save_picture(grid_picture(torch.cat([original, rebuilt]), 2), target)
+        results.append({"image": str(path), "out": str(target), "psnr": psnr,
+                        "codes": output.indices[0].tolist()})
+    return results
+
+
+def format_reconstruction(item: dict[str, Any]) -> str:
+    return f"{item['image']}: PSNR {item['psnr']:.2f} dB -> {item['out']}"

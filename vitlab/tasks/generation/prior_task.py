@@ -1,0 +1,175 @@
+"""VQGAN stage 2 on the loop: a transformer prior over the codes of a trained, frozen VQGAN (models/gpt_prior.py).
+
+The VQGAN run's training and test images are encoded once, at the start, into code sequences (row by row); the
+prior learns them by next-code cross-entropy, conditioned on the class through its start token. A batch is
+(codes (B, L) int64, labels (B,)).
+
+Evaluation: the test codes' cross-entropy (`test_loss`, nats per code, which picks the best checkpoint) and, with a
+`--classifier` run, the FID of `eval_samples` class-conditional samples against the test images, the floor
+FID(train, test), and the samples' class accuracy (metrics.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from ...data.generation import GenerationImages, load_generation_images
+from ...engine.distributed import DistInfo
+from ...engine.loaders import TensorBatches
+from ...engine.loop import TaskData
+from ...engine.options import OptionError
+from ...models.registry import create_model, get_config
+from ..base import Task
+from .config import PriorTaskConfig
+from .metrics import batches, from_uint8, generation_scores, load_classifier_features, to_unit
+
+
+def load_vqgan_run(run_dir: str) -> tuple[nn.Module, dict[str, Any]]:
+    """The frozen VQGAN of a `--task vqgan` run (its best weights) and its config.json."""
+    from ..launch import load_run
+
+    if not (Path(run_dir) / "config.json").is_file():
+        raise FileNotFoundError(f"--vqgan must be a VQGAN run folder (vitlab train --task vqgan --out RUN); "
+                                f"{run_dir} holds no config.json")
+    model, saved = load_run(run_dir, "best")
+    if saved.get("task") != "vqgan":
+        raise ValueError(f"--vqgan must be a --task vqgan run; {run_dir} is a {saved.get('task')} run")
+    return model.eval().requires_grad_(False), saved
+
+
+def vqgan_images(saved: dict[str, Any], data_dir: str | None = None) -> GenerationImages:
+    """The images a VQGAN run trained and was scored on."""
+    c, data = saved["config"], saved["data"]
+    return load_generation_images(c["data"], data_dir or c.get("data_dir"), data["img_size"], data["channels"],
+                                  c.get("val_fraction", 0.1), saved.get("loop", {}).get("seed", 0),
+                                  not c.get("allow_partial_data", False))
+
+
+@torch.no_grad()
+def encode_images(vqgan: nn.Module, images: torch.Tensor, batch_size: int = 500, desc: str = "encoding"
+                  ) -> torch.Tensor:
+    """(N, C, S, S) uint8 -> code sequences (N, h·w) int64, row by row."""
+    device = next(vqgan.parameters()).device
+    codes = []
+    for part in tqdm(list(batches(len(images), batch_size)), desc=desc, leave=False, mininterval=1.0):
+        z = vqgan.encode(from_uint8(images[part].to(device)))
+        codes.append(vqgan.quantize(z).indices.flatten(1).cpu())
+    return torch.cat(codes)
+
+
+@torch.no_grad()
+def sample_images(prior: nn.Module, vqgan: nn.Module, labels: torch.Tensor, temperature: float = 1.0,
+                  top_k: int | None = None, top_p: float | None = None, batch_size: int = 250,
+                  generator: torch.Generator | None = None, use_cache: bool = True) -> torch.Tensor:
+    """labels (N,) -> samples (N, C, S, S) in [0, 1]: codes drawn from the prior, decoded by the VQGAN."""
+    device = next(prior.parameters()).device
+    out = []
+    for part in batches(len(labels), batch_size):
+        codes = prior.generate(labels[part].to(device), temperature, top_k, top_p, use_cache, generator)
+        out.append(to_unit(vqgan.decode_indices(codes)).cpu())
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def code_loss(prior: nn.Module, codes: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> float:
+    """The prior's cross-entropy on code sequences (N, L) of classes (N,), in nats per code."""
+    device = next(prior.parameters()).device
+    total = 0.0
+    for part in batches(len(codes), batch_size):
+        target = codes[part].to(device)
+        logits = prior(target, labels[part].to(device))
+        total += float(F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), reduction="sum"))
+    return total / codes.numel()
+
+
+def balanced_labels(n: int, num_classes: int) -> torch.Tensor:
+    """0, 1, …, K−1, 0, 1, …: n labels with the classes in turn."""
+    return torch.arange(n) % num_classes
+
+
+class PriorTask(Task):
+    name: ClassVar[str] = "prior"
+    Config: ClassVar[type] = PriorTaskConfig
+    best: ClassVar[tuple[str, str]] = ("test_loss", "min")
+    sample_name: ClassVar[str] = "sequences"
+    resumable: ClassVar[tuple[str, ...]] = ("data_dir", "classifier")
+    inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"
+
+    def __init__(self, config: PriorTaskConfig, loop=None, dist: DistInfo | None = None) -> None:
+        for key in ("vqgan", "classifier"):
+            if getattr(config, key):
+                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
+        super().__init__(config, loop, dist)
+
+    @classmethod
+    def loop_defaults(cls, config: PriorTaskConfig) -> dict[str, Any]:
+        # minGPT's recipe for small models: AdamW (0.9, 0.95), decay 0.01 on matrices, warm-up then cosine
+        return {"epochs": 10, "batch_size": 64, "lr": 5e-4, "weight_decay": 0.01, "betas": (0.9, 0.95),
+                "warmup_steps": 200, "clip_grad": 1.0}
+
+    def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
+        c, loop, dist = self.config, self.loop, self.dist
+        if not c.vqgan:
+            raise OptionError("vqgan", "is needed: the VQGAN run whose codes to model (vitlab train --task vqgan "
+                              "--out RUN first)")
+        self.vqgan, self.vqgan_saved = load_vqgan_run(c.vqgan)
+        self.images = vqgan_images(self.vqgan_saved, c.data_dir)
+        self.vqgan.to(dist.device)
+        self.train_codes = encode_images(self.vqgan, self.images.train, desc="encoding the training images")
+        self.test_codes = encode_images(self.vqgan, self.images.test, desc="encoding the test images")
+        self.features = load_classifier_features(c.classifier, self.images.crop) if c.classifier else None
+        train = TensorBatches(self.train_codes, self.images.train_labels, batch_size=loop.batch_size, shuffle=True,
+                              drop_last=True, seed=loop.seed, num_replicas=dist.world_size, rank=dist.rank)
+        return TaskData(train=train, eval=(self.test_codes, self.images.test_labels))
+
+    def run_info(self) -> dict[str, Any]:
+        d = self.images
+        return {"data": {"name": d.name, "vqgan": self.config.vqgan, "classes": d.classes, "num_train": len(d.train),
+                         "num_test": len(d.test), "channels": d.channels, "img_size": d.size, "pad": d.pad}}
+
+    def check_resume(self, saved: dict[str, Any]) -> None:
+        if saved["data"]["num_train"] != len(self.images.train):
+            raise ValueError("the VQGAN run's data changed since this prior started; start a new run")
+
+    def build_model(self) -> nn.Module:
+        c = self.config
+        if get_config(c.model).family != "gpt_prior":
+            raise OptionError("model", f"must be a prior (gpt_prior_small), got {c.model!r}")
+        grid = tuple(self.vqgan.encode(torch.zeros(1, self.images.channels, self.images.size, self.images.size,
+                                                   device=next(self.vqgan.parameters()).device)).shape[-2:])
+        return create_model(c.model, num_codes=self.vqgan.config.num_codes, grid=grid,
+                            num_classes=len(self.images.classes))
+
+    def loss(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        codes, labels = batch
+        logits = model(codes, labels)  # (B, L, K)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), codes.flatten())
+        return {"loss": loss}
+
+    def num_samples(self, batch) -> int:
+        return len(batch[0])
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, data) -> dict[str, float]:
+        codes, labels = data
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        result = {"test_loss": code_loss(model, codes, labels)}
+        c = self.config
+        if self.features is not None and c.eval_samples:
+            sample_labels = balanced_labels(c.eval_samples, model.config.num_classes)
+            generator = torch.Generator(device=device).manual_seed(self.loop.seed)
+            samples = sample_images(model, self.vqgan, sample_labels, c.temperature, c.top_k, c.top_p,
+                                    generator=generator)
+            result.update(generation_scores(self.features.to(device), self.images, samples.to(device),
+                                            sample_labels.to(device)))
+        model.train(was_training)
+        return result
