@@ -1,7 +1,8 @@
 """`vitlab eval RUN_DIR`: evaluate a trained run on its held-out data, by the run's task (read from config.json):
 accuracy, per-class accuracy and confusion matrix for classification; exact-sequence accuracy for seq2seq; COCO's
 box AP and AR for detection; per-class IoU, mIoU and pixel accuracy for segmentation; per degradation Y-PSNR,
-Y-SSIM and RGB PSNR for restoration."""
+Y-SSIM and RGB PSNR for restoration; reconstruction PSNR and SSIM, codebook usage and perplexity for a VQGAN, and
+for a prior also FID and the class accuracy of its samples."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "(repeatable) (default: all the run's tasks)")
     restoration.add_argument("--crop", type=int, help="score each image's centre, this many pixels square; 0: "
                              "whole images (default: the run's --eval-crop)")
+    generation = p.add_argument_group("vqgan and prior")
+    generation.add_argument("--classifier", metavar="RUN", help="a prior: the classification run whose features FID "
+                            "uses and whose predictions class_acc counts (default: the run's --classifier; none: no "
+                            "FID)")
+    generation.add_argument("--samples", type=int, help="a prior: samples to draw, classes in turn (default: the "
+                            "run's --eval-samples)")
+    generation.add_argument("--temperature", type=float, help="a prior: sampling temperature (default: the run's)")
+    generation.add_argument("--top-k", type=int, help="a prior: top-k sampling (default: the run's)")
+    generation.add_argument("--top-p", type=float, help="a prior: top-p sampling (default: the run's)")
     seq = p.add_argument_group("seq2seq")
     seq.add_argument("--beam-size", type=int, default=1, help="1: greedy; more: beam search (default: 1)")
     p.set_defaults(run=run)
@@ -57,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     elif task.name == "restoration":
         options = {"data": args.data, "batch_size": args.batch_size, "lr": args.lr,
                    "degradations": args.degradation, "crop": args.crop}
+    elif task.name in ("vqgan", "prior"):
+        options = {"data_dir": args.data_dir, "classifier": args.classifier, "samples": args.samples,
+                   "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     else:
         options = {"beam_size": args.beam_size}
     result = task.evaluate_run(model, saved, args.run_dir, **options)

@@ -13,6 +13,7 @@ from . import (
     demo,
     evaluate_cmd,
     export_cmd,
+    generate_cmd,
     models_cmd,
     photos_cmd,
     predict,
@@ -23,7 +24,7 @@ from . import (
 )
 
 COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo,
-            seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd]
+            seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -103,7 +103,7 @@ class PriorTask(Task):
     inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"
 
     def __init__(self, config: PriorTaskConfig, loop=None, dist: DistInfo | None = None) -> None:
-        for key in ("vqgan", "classifier"):
+        for key in ("vqgan", "classifier", "data_dir"):
             if getattr(config, key):
                 config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
         super().__init__(config, loop, dist)

@@ -54,8 +54,11 @@ class VQGANTask(Task):
     inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"
 
     def __init__(self, config: VQGANTaskConfig, loop=None, dist: DistInfo | None = None) -> None:
-        if config.weights:
-            config = dataclasses.replace(config, weights=str(Path(config.weights).expanduser().resolve()))
+        for key in ("weights", "data_dir"):  # the run's config.json must name them from anywhere
+            if getattr(config, key):
+                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
+        if Path(config.data).is_dir():
+            config = dataclasses.replace(config, data=str(Path(config.data).resolve()))
         super().__init__(config, loop, dist)
         if self.dist.distributed:
             raise ValueError("--task vqgan trains in one process: its two optimizers and the codebook restarts are "

@@ -1,0 +1,73 @@
+"""`vitlab sample RUN --out grid.png`: class-conditional samples of a prior run, as one picture;
+`vitlab reconstruct RUN IMAGE... --out DIR`: images through a VQGAN run's autoencoder (or a prior run's VQGAN)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("sample", help="draw images from a trained prior run (VQGAN stage 2)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task prior`")
+    p.add_argument("--class", dest="class_index", type=int, metavar="C", help="draw this class only (its index) "
+                   "(default: every class, one row each)")
+    p.add_argument("--n", type=int, default=16, help="samples (of each class without --class) (default: 16)")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature; 0 takes the most likely "
+                   "code (default: 1.0)")
+    p.add_argument("--top-k", type=int, help="sample among the k most likely codes (default: all)")
+    p.add_argument("--top-p", type=float, help="sample among the most likely codes that make up probability p "
+                   "(default: all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0)")
+    p.add_argument("--no-cache", dest="use_cache", action="store_false", help="recompute the whole prefix at every "
+                   "step instead of keeping keys and values (the same samples, slower) (default: cache)")
+    p.add_argument("--weights", choices=["last", "best", "ema"], default="best", help="which checkpoint "
+                   "(default: best)")
+    p.add_argument("--out", metavar="PNG", required=True, help="the picture to write")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (default: text)")
+    p.set_defaults(run=run_sample)
+
+    r = subparsers.add_parser("reconstruct", help="encode images to codes and decode them with a trained VQGAN run")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task vqgan` (or a prior "
+                   "run: its VQGAN)")
+    r.add_argument("images", metavar="IMAGE", nargs="+", help="image files (any format Pillow reads), resized to the "
+                   "run's images")
+    r.add_argument("--out", metavar="DIR", required=True, help="write NAME_reconstruction.png (input | output) here")
+    r.add_argument("--weights", choices=["last", "best", "ema"], default="best", help="which checkpoint "
+                   "(default: best)")
+    r.add_argument("--json", action="store_true", help="print the results as JSON (with the code grid) "
+                   "(default: text)")
+    r.set_defaults(run=run_reconstruct)
+
+
+def _load(run_dir: str, which: str):
+    from ..engine.run import RunDir
+    from ..tasks import load_task
+
+    task, saved = load_task(run_dir)
+    if task.name not in ("vqgan", "prior"):
+        raise ValueError(f"{run_dir} is a {task.name} run; this command takes a --task vqgan or --task prior run")
+    which = which if RunDir(run_dir).weights_file(which).is_file() else "last"
+    return task, RunDir(run_dir).load_model(which), saved
+
+
+def run_sample(args: argparse.Namespace) -> int:
+    from ..tasks.generation.inference import sample_grid
+
+    if args.n < 1:
+        raise ValueError(f"--n must be at least 1, got {args.n}")
+    task, model, saved = _load(args.run_dir, args.weights)
+    result = sample_grid(task, model, saved, args.out, args.class_index, args.n, args.temperature, args.top_k,
+                         args.top_p, args.seed, args.use_cache)
+    print(json.dumps(result) if args.json else f"{result['samples']} samples of {', '.join(result['classes'])} "
+          f"-> {result['out']}")
+    return 0
+
+
+def run_reconstruct(args: argparse.Namespace) -> int:
+    from ..tasks.generation.inference import format_reconstruction, reconstruct_files
+
+    task, model, saved = _load(args.run_dir, args.weights)
+    results = reconstruct_files(task, model, saved, args.images, args.out)
+    print(json.dumps(results) if args.json else "\n".join(format_reconstruction(item) for item in results))
+    return 0
