@@ -193,3 +193,25 @@ def test_ipt_speed_benchmark_times_tiled_inference(tmp_path):
     rows = _load_script("ipt_speed").main(["--quick", "--data", str(data), "--out", str(tmp_path)])
     assert [(r["model"], r["batch_size"]) for r in rows] == [("ipt_small", 8), ("ipt_small", 64)]
     assert all(r["tiles"] == 9 and r["peak_mb"] >= r["loaded_mb"] > 0 and r["images_per_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_vqgan_fashion_mnist_benchmark_scores_both_stages(tmp_path):
+    result = _load_script("vqgan_fashion_mnist").main(["--quick", "--runs", str(tmp_path / "runs"), "--out",
+                                                        str(tmp_path), "--pictures", str(tmp_path / "img")])
+    final = result["final"]
+    assert {"psnr", "ssim", "usage", "perplexity", "fid", "fid_floor", "class_acc"} <= set(final)
+    assert set(result["bars"]) == {"psnr", "usage", "class_acc"} and final["samples"] == 20
+    assert result["bars"]["psnr"]["met"] == (final["psnr"] >= 24)
+    assert "| reconstruction PSNR (dB) |" in (tmp_path / "vqgan_fashion_mnist_quick.md").read_text()
+    for picture in ("vqgan_samples.png", "vqgan_reconstructions.png"):
+        assert (tmp_path / "img" / picture).is_file()
+    assert (tmp_path / "vqgan_fashion_mnist_quick.png").is_file()
+
+
+def test_vqgan_speed_benchmark_compares_with_diffusers(tmp_path):
+    pytest.importorskip("diffusers")
+    result = _load_script("vqgan_speed").main(["--quick", "--out", str(tmp_path)])
+    assert result["parameters"]["vitlab"] == result["parameters"]["diffusers"]  # the same model in both
+    assert set(result["train_step_s"]) == {"vitlab", "diffusers"} and result["cached_equals_recomputed"]
+    assert "diffusers VQModel" in (tmp_path / "vqgan_speed.md").read_text()
