@@ -272,7 +272,10 @@ def vqgan_f16_1024() -> VQGANConfig:
 
 @register_model
 def vqgan_small() -> VQGANConfig:
-    """Fashion-MNIST padded to 32×32: f = 4 (8×8 codes), 256 codes of width 32, k-means start and restarts."""
-    return VQGANConfig(in_chans=1, resolution=32, ch=32, ch_mult=(1, 2, 2), num_res_blocks=1, attn_resolutions=(),
+    """Fashion-MNIST padded to 32×32: f = 4 (8×8 codes), 256 codes of width 32, k-means start and restarts.
+
+    Sized by measurement on 2 CPU cores, a full GAN step at batch 64: widths 16, 32, 64 take 0.50 s; 32, 64, 64
+    took 0.92 s and 24, 48, 48 0.63 s, for less in 500-step probes."""
+    return VQGANConfig(in_chans=1, resolution=32, ch=16, ch_mult=(1, 2, 4), num_res_blocks=1, attn_resolutions=(),
                        z_channels=32, embed_dim=32, num_codes=256, num_groups=8, kmeans_init=True,
                        restart_every=200, disc_layers=2, disc_channels=32)
