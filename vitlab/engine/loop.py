@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -134,7 +135,7 @@ class Stepper:
         before it starts), so that its learning rate follows the same clock as the others'."""
         if self.stepping:
             with warnings.catch_warnings():  # torch warns of a schedule stepped before its optimizer: intended here
-                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+                warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
                 self.schedulers[name].step()
 
     def steps_taken(self, name: str = "model") -> int:
