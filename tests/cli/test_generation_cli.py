@@ -34,7 +34,8 @@ def runs(tmp_path_factory):
 @pytest.mark.slow
 def test_train_both_stages_then_eval(runs, capsys):
     vq_rows = RunDir(runs / "vqgan").read_metrics()
-    assert {"psnr", "ssim", "usage", "perplexity", "train_loss_g", "train_loss_d", "train_gan_weight"} <= set(vq_rows[-1])
+    logged = {"psnr", "ssim", "usage", "perplexity", "train_loss_g", "train_loss_d", "train_gan_weight"}
+    assert logged <= set(vq_rows[-1])
     assert vq_rows[-1]["train_loss_d"] > 0  # the discriminator started at step 6 of 12
     prior_rows = RunDir(runs / "prior").read_metrics()
     assert {"test_loss", "fid", "fid_floor", "class_acc"} <= set(prior_rows[-1])
