@@ -15,7 +15,9 @@ It never writes its own loop.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from pathlib import Path
 from typing import Any, ClassVar
 
 from torch import nn
@@ -23,6 +25,13 @@ from torch import nn
 from ..engine.config import LoopConfig
 from ..engine.distributed import DistInfo
 from ..engine.loop import TaskData
+
+
+def with_absolute_paths(config: Any, *keys: str) -> Any:
+    """The config with each named path option that is set made absolute (~ expanded): a run's config.json must
+    name its files from any working directory."""
+    changes = {key: str(Path(getattr(config, key)).expanduser().resolve()) for key in keys if getattr(config, key)}
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 class Task:

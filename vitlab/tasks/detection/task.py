@@ -7,7 +7,6 @@ targets: per image "boxes" (M, 4) XYXY pixels, "labels" (M,), "size" (H_i, W_i),
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,7 +22,7 @@ from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.backbones import classifier_to_backbone_state
 from ...models.registry import create_model, get_config
-from ..base import Task
+from ..base import Task, with_absolute_paths
 from .coco_eval import coco_metrics
 from .config import DetectionConfig
 from .criterion import SetCriterion
@@ -59,11 +58,7 @@ class DetectionTask(Task):
     inference_module: ClassVar[str] = "vitlab.tasks.detection.inference"
 
     def __init__(self, config: DetectionConfig, loop=None, dist: DistInfo | None = None) -> None:
-        if config.data:
-            config = dataclasses.replace(config, data=str(Path(config.data).expanduser().resolve()))
-        for key in ("weights", "backbone_weights"):
-            if getattr(config, key):
-                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
+        config = with_absolute_paths(config, "data", "weights", "backbone_weights")
         super().__init__(config, loop, dist)
 
     @classmethod

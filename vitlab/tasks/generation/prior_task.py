@@ -11,7 +11,6 @@ FID(train, test), and the samples' class accuracy (metrics.py).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,7 +25,7 @@ from ...engine.loaders import TensorBatches
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task
+from ..base import Task, with_absolute_paths
 from .config import PriorTaskConfig
 from .metrics import batches, from_uint8, generation_scores, load_classifier_features, to_unit
 
@@ -103,9 +102,7 @@ class PriorTask(Task):
     inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"
 
     def __init__(self, config: PriorTaskConfig, loop=None, dist: DistInfo | None = None) -> None:
-        for key in ("vqgan", "classifier", "data_dir"):
-            if getattr(config, key):
-                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
+        config = with_absolute_paths(config, "vqgan", "classifier", "data_dir")
         super().__init__(config, loop, dist)
 
     @classmethod

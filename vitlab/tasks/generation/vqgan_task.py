@@ -10,7 +10,6 @@ A batch is (images (B, C, S, S) in [-1, 1], labels (B,)).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,7 +22,7 @@ from ...engine.loaders import TensorLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task
+from ..base import Task, with_absolute_paths
 from .config import VQGANTaskConfig
 from .losses import adaptive_weight, generator_loss, hinge_d_loss
 from .metrics import reconstruction_scores
@@ -54,11 +53,7 @@ class VQGANTask(Task):
     inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"
 
     def __init__(self, config: VQGANTaskConfig, loop=None, dist: DistInfo | None = None) -> None:
-        for key in ("weights", "data_dir"):  # the run's config.json must name them from anywhere
-            if getattr(config, key):
-                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
-        if Path(config.data).is_dir():
-            config = dataclasses.replace(config, data=str(Path(config.data).resolve()))
+        config = with_absolute_paths(config, "weights", "data_dir", *(["data"] if Path(config.data).is_dir() else []))
         super().__init__(config, loop, dist)
         if self.dist.distributed:
             raise ValueError("--task vqgan trains in one process: its two optimizers and the codebook restarts are "

@@ -13,7 +13,6 @@ A batch is (lq (B, 3, p, p), hq (B, 3, p·s, p·s) in [0, 1], task (B,)[, photog
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from pathlib import Path
@@ -30,7 +29,7 @@ from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task
+from ..base import Task, with_absolute_paths
 from .config import RestorationConfig
 from .metrics import restoration_scores
 
@@ -81,9 +80,7 @@ class RestorationTask(Task):
     inference_module: ClassVar[str] = "vitlab.tasks.restoration.inference"
 
     def __init__(self, config: RestorationConfig, loop=None, dist: DistInfo | None = None) -> None:
-        for key in ("data", "weights", "eval_data"):
-            if getattr(config, key):
-                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
+        config = with_absolute_paths(config, "data", "weights", "eval_data")
         super().__init__(config, loop, dist)
         self.tasks = config.tasks
 

@@ -7,8 +7,6 @@ A batch is (images (B, 3, H, W) ImageNet-normalised, masks (B, H, W) int64 with 
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -29,7 +27,7 @@ from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task
+from ..base import Task, with_absolute_paths
 from .config import SegmentationConfig
 from .metrics import confusion_matrix, scores
 from .sliding import sliding_window_logits
@@ -50,9 +48,7 @@ class SegmentationTask(Task):
     inference_module: ClassVar[str] = "vitlab.tasks.segmentation.inference"
 
     def __init__(self, config: SegmentationConfig, loop=None, dist: DistInfo | None = None) -> None:
-        for key in ("data", "weights"):
-            if getattr(config, key):
-                config = dataclasses.replace(config, **{key: str(Path(getattr(config, key)).expanduser().resolve())})
+        config = with_absolute_paths(config, "data", "weights")
         super().__init__(config, loop, dist)
 
     @classmethod
