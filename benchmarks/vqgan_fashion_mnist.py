@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--vqgan-epochs", type=int, default=3)
     parser.add_argument("--prior-epochs", type=int, default=6)
     parser.add_argument("--disc-start", type=int, default=1500)
+    parser.add_argument("--disc-weight", type=float, default=0.8)
     parser.add_argument("--samples", type=int, default=2000, help="samples scored at the end (classes in turn)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "vqgan_benchmark", help="where the runs go")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     vqgan_run, prior_run = args.runs / "vqgan", args.runs / "prior"
     start = time.time()
     train("vqgan", out=str(vqgan_run), overwrite=True, epochs=args.vqgan_epochs, disc_start=args.disc_start,
+          disc_weight=args.disc_weight,
           eval_images=0 if args.quick else 2000, **data, **small)
     vqgan_minutes = (time.time() - start) / 60
     start = time.time()
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     bars = {key: {"bar": bar, "value": final[key], "met": final[key] >= bar} for key, bar in BARS.items()}
     result = {"quick": args.quick, "vqgan_run": str(vqgan_run), "prior_run": str(prior_run),
               "classifier": str(args.classifier), "vqgan_epochs": args.vqgan_epochs,
-              "prior_epochs": args.prior_epochs, "disc_start": args.disc_start, "vqgan_minutes": vqgan_minutes,
+              "prior_epochs": args.prior_epochs, "disc_start": args.disc_start, "disc_weight": args.disc_weight, "vqgan_minutes": vqgan_minutes,
               "prior_minutes": prior_minutes, "final": final, "bars": bars,
               "vqgan_curve": curves(vqgan_run), "prior_curve": curves(prior_run)}
     rows = [f"| reconstruction PSNR (dB) | {final['psnr']:.2f} | ≥ 24 | {'met' if bars['psnr']['met'] else 'missed'} |",
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> dict:
             f"| prior test cross-entropy (nats per code) | {final['test_loss']:.3f} | | |"]
     table = "\n".join([
         "# VQGAN on Fashion-MNIST" + (" (quick smoke run, not a result)" if args.quick else ""), "",
-        f"vqgan_small, {args.vqgan_epochs} epochs in {vqgan_minutes:.1f} min (GAN term from step {args.disc_start}); "
+        f"vqgan_small, {args.vqgan_epochs} epochs in {vqgan_minutes:.1f} min (GAN term from step {args.disc_start}, "
+        f"disc_weight {args.disc_weight}); "
         f"gpt_prior_small, {args.prior_epochs} epochs in {prior_minutes:.1f} min; scored on the {final['num_test']} "
         f"test images; classifier {args.classifier}.", "",
         "| metric | value | bar | |", "| --- | --- | --- | --- |", *rows, ""])
