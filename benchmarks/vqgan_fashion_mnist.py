@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
     bars = {key: {"bar": bar, "value": final[key], "met": final[key] >= bar} for key, bar in BARS.items()}
     result = {"quick": args.quick, "vqgan_run": str(vqgan_run), "prior_run": str(prior_run),
               "classifier": str(args.classifier), "vqgan_epochs": args.vqgan_epochs,
-              "prior_epochs": args.prior_epochs, "disc_start": args.disc_start, "disc_weight": args.disc_weight, "vqgan_minutes": vqgan_minutes,
+              "prior_epochs": args.prior_epochs, "disc_start": args.disc_start, "disc_weight": args.disc_weight,
+              "vqgan_minutes": vqgan_minutes,
               "prior_minutes": prior_minutes, "final": final, "bars": bars,
               "vqgan_curve": curves(vqgan_run), "prior_curve": curves(prior_run)}
     rows = [f"| reconstruction PSNR (dB) | {final['psnr']:.2f} | ≥ 24 | {'met' if bars['psnr']['met'] else 'missed'} |",
