@@ -171,5 +171,6 @@ class GPTPriorConfig:
 
 @register_model
 def gpt_prior_small() -> GPTPriorConfig:
-    """For vqgan_small's 8×8 codes of Fashion-MNIST, class-conditional."""
-    return GPTPriorConfig(num_codes=256, grid=(8, 8), num_classes=10, dim=192, depth=6, num_heads=6)
+    """For vqgan_small's 8×8 codes of Fashion-MNIST, class-conditional. Sized by measurement on 2 CPU cores, a
+    training step of 64 sequences: 0.18 s at width 128 and 4 layers; width 192 and 6 layers took 0.50 s."""
+    return GPTPriorConfig(num_codes=256, grid=(8, 8), num_classes=10, dim=128, depth=4, num_heads=4)
