@@ -86,7 +86,8 @@ def test_reconstruct_writes_pairs_and_their_psnr(runs, tmp_path, capsys):
     assert np.asarray(item["codes"]).shape == (8, 8)
     with torch.no_grad():  # the codes are the nearest codebook entries of the encoder's latents
         vqgan = RunDir(runs / "vqgan").load_model("best")
-        x = torch.nn.functional.pad(images[:1, None].float() / 127.5 - 1, (2, 2, 2, 2))
+        x = torch.nn.functional.pad(images[:1, None], (2, 2, 2, 2)).float() / 127.5 - 1  # a black border
         z = vqgan.encode(x).permute(0, 2, 3, 1).reshape(-1, vqgan.config.embed_dim)
         nearest = torch.cdist(z, vqgan.quantize.embedding.weight).argmin(1).view(8, 8)
-    assert (nearest == torch.tensor(item["codes"])).float().mean() > 0.95  # bicubic resize vs none: near ties
+    # all equal here; a near tie may round the other way between cdist and the quantiser's expanded formula
+    assert (nearest == torch.tensor(item["codes"])).float().mean() >= 0.95
