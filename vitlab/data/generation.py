@@ -42,8 +42,12 @@ class GenerationImages:
 
     def crop(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, S, S) -> (B, C, S − 2·pad, S − 2·pad): the data set's own pixels."""
-        p = self.pad
-        return x[..., p:x.shape[-2] - p, p:x.shape[-1] - p] if p else x
+        return crop_padding(x, self.pad)
+
+
+def crop_padding(x: torch.Tensor, pad: int) -> torch.Tensor:
+    """(…, H, W) -> (…, H − 2·pad, W − 2·pad): a border of `pad` pixels cut off each side."""
+    return x[..., pad:x.shape[-2] - pad, pad:x.shape[-1] - pad] if pad else x
 
 
 def pad_to(images: torch.Tensor, size: int) -> tuple[torch.Tensor, int]:

@@ -51,9 +51,14 @@ class QuantizerOutput:
 def code_statistics(indices: torch.Tensor, num_codes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """indices (any shape) -> (counts (K,), perplexity, usage) of the codes they use."""
     counts = torch.bincount(indices.reshape(-1), minlength=num_codes).float()
+    return (counts, *usage_of_counts(counts))
+
+
+def usage_of_counts(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """How often each code was picked (K,) -> (perplexity, usage)."""
     probs = counts / counts.sum().clamp(min=1)
     entropy = -(probs * torch.log(probs.clamp(min=1e-10))).sum()
-    return counts, entropy.exp(), (counts > 0).float().mean()
+    return entropy.exp(), (counts > 0).float().mean()
 
 
 def kmeans(points: torch.Tensor, k: int, iterations: int = 10, generator: torch.Generator | None = None

@@ -15,15 +15,8 @@ from PIL import Image
 
 from ...atomic import atomic_write
 from ...data.folder import load_image
-from ...data.generation import GenerationImages
-from .metrics import (
-    class_accuracy,
-    fid,
-    from_uint8,
-    load_classifier_features,
-    reconstruction_scores,
-    to_unit,
-)
+from ...data.generation import crop_padding
+from .metrics import from_uint8, generation_scores, load_classifier_features, reconstruction_scores, to_unit
 from .prior_task import balanced_labels, code_loss, encode_images, load_vqgan_run, sample_images, vqgan_images
 
 
@@ -57,9 +50,7 @@ def evaluate_run(task, model, saved: dict[str, Any], run_dir, data_dir: str | No
                               top_k if top_k is not None else c.top_k, top_p if top_p is not None else c.top_p,
                               generator=torch.Generator().manual_seed(0))
         features = load_classifier_features(classifier, images.crop)
-        floor = images.train[torch.randperm(len(images.train), generator=torch.Generator().manual_seed(0))[:n]]
-        result.update({"fid": fid(features, images.test, drawn), "fid_floor": fid(features, images.test, floor),
-                       "class_acc": class_accuracy(features, drawn, labels), "samples": n,
+        result.update({**generation_scores(features, images, drawn, labels), "samples": n,
                        "classifier": str(classifier)})
     return result
 
@@ -136,13 +127,12 @@ def reconstruct_files(task, model, saved: dict[str, Any], inputs: list[str], out
     of the reconstruction on the image's own pixels."""
     vqgan, vqgan_saved = vqgan_of(task, model, saved)
     data = vqgan_saved["data"]
-    crop = GenerationImages("", torch.empty(0), torch.empty(0), torch.empty(0), torch.empty(0), [],
-                            data.get("pad", 0)).crop
+    pad = data.get("pad", 0)
     results = []
     for path in inputs:
         x = prepare_image(path, data)
         output = vqgan(x)
-        original, rebuilt = crop(to_unit(x)), crop(to_unit(output.reconstruction))
+        original, rebuilt = crop_padding(to_unit(x), pad), crop_padding(to_unit(output.reconstruction), pad)
         mse = float(((original - rebuilt) ** 2).mean())
         psnr = 10 * math.log10(1 / mse) if mse > 0 else float("inf")
         target = Path(out) / f"{Path(path).stem}_reconstruction.png"

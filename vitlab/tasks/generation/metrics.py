@@ -22,7 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ...data.generation import GenerationImages
-from ...layers.quantize import code_statistics
+from ...layers.quantize import code_statistics, usage_of_counts
 
 
 def to_unit(x: torch.Tensor) -> torch.Tensor:
@@ -61,9 +61,8 @@ def reconstruction_scores(model: nn.Module, data: GenerationImages, count: int =
         ssim.update(reconstruction, target)
         counts += code_statistics(out.indices, model.config.num_codes)[0]
     model.train(was_training)
-    probs = counts / counts.sum()
-    perplexity = torch.exp(-(probs * probs.clamp(min=1e-10).log()).sum())
-    return {"psnr": float(psnr.compute()), "ssim": float(ssim.compute()), "usage": float((counts > 0).float().mean()),
+    perplexity, usage = usage_of_counts(counts)
+    return {"psnr": float(psnr.compute()), "ssim": float(ssim.compute()), "usage": float(usage),
             "perplexity": float(perplexity)}
 
 
