@@ -49,31 +49,20 @@ def _model_and_data(run_dir: str, weights: str):
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    import torch
-
     from ..data.folder import load_image
-    from ..data.transforms import build_eval_transform
-    from ..viz.attention import layer_head_maps, rollout_map
+    from ..viz.attention import image_attention
     from ..viz.render import attention_strip, save_png
 
     model, data = _model_and_data(args.run_dir, args.weights)
     if not -len(model.blocks) <= args.layer < len(model.blocks):
         raise ValueError(f"--layer must be in {-len(model.blocks)}..{len(model.blocks) - 1}, got {args.layer}")
-    transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
     out = Path(args.out)
     for path in args.images:
-        image = load_image(path, data["channels"])
-        side = min(image.size)  # the square the evaluation transform keeps, at the input's resolution
-        left, top = (image.size[0] - side) // 2, (image.size[1] - side) // 2
-        shown = image.crop((left, top, left + side, top + side))
-        x = transform(image)[None]  # (1, C, H, W)
-        rollout, attention = rollout_map(model, x, args.head_fusion, args.discard_ratio)
-        heads = layer_head_maps(model, attention, model.patch_embed.grid_for(*x.shape[-2:]), args.layer)
-        with torch.inference_mode():
-            probs = model(x).softmax(-1)[0]
-        written = save_png(attention_strip(shown, rollout[0], heads[0]), out / f"{Path(path).stem}_attention.png")
+        shown, rollout, heads, probs = image_attention(model, load_image(path, data["channels"]), data,
+                                                       args.head_fusion, args.discard_ratio, args.layer)
+        written = save_png(attention_strip(shown, rollout, heads), out / f"{Path(path).stem}_attention.png")
         print(f"{written}: predicted class {int(probs.argmax())} ({float(probs.max()):.3f}); panels: input, "
-              f"rollout ({args.head_fusion}), layer {args.layer} heads 0..{heads.shape[1] - 1}")
+              f"rollout ({args.head_fusion}), layer {args.layer} heads 0..{heads.shape[0] - 1}")
     return 0
 
 

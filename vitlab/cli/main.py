@@ -19,12 +19,13 @@ from . import (
     predict,
     restore_cmd,
     scenes_cmd,
+    serve_cmd,
     seq2seq_cmd,
     train,
 )
 
 COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo,
-            seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd]
+            seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

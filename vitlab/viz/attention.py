@@ -92,3 +92,24 @@ def rollout_map(model: nn.Module, images: torch.Tensor, head_fusion: str = "mean
 def layer_head_maps(model: nn.Module, attention: torch.Tensor, grid: tuple[int, int], layer: int = -1) -> torch.Tensor:
     """Raw class-token attention of every head of one layer: (B, heads, h, w)."""
     return token_map(attention[layer], model.num_prefix_tokens, grid)
+
+
+def image_attention(model: nn.Module, image, data: dict, head_fusion: str = "mean", discard_ratio: float = 0.0,
+                    layer: int = -1):
+    """What a classifier looks at in one PIL image, seen through the run's evaluation preprocessing (`data`: its
+    img_size, mean, std, channels). Returns (shown, rollout (h, w), heads (heads, h, w), probs (classes,)):
+    `shown` is the square the evaluation transform keeps, at the input's own resolution."""
+    from ..data.transforms import build_eval_transform
+
+    if not -len(model.blocks) <= layer < len(model.blocks):
+        raise ValueError(f"layer must be in {-len(model.blocks)}..{len(model.blocks) - 1}, got {layer}")
+    transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
+    side = min(image.size)
+    left, top = (image.size[0] - side) // 2, (image.size[1] - side) // 2
+    shown = image.crop((left, top, left + side, top + side))
+    x = transform(image)[None]  # (1, C, H, W)
+    rollout, attention = rollout_map(model, x, head_fusion, discard_ratio)
+    heads = layer_head_maps(model, attention, model.patch_embed.grid_for(*x.shape[-2:]), layer)
+    with torch.inference_mode():
+        probs = model(x).softmax(-1)[0]
+    return shown, rollout[0], heads[0], probs

@@ -30,10 +30,10 @@ def upsample(attention_map: torch.Tensor, size: tuple[int, int]) -> np.ndarray:
     return x[0, 0].clamp(0, 1).numpy()
 
 
-def attention_strip(image: Image.Image, rollout: torch.Tensor, head_maps: torch.Tensor, alpha: float = 0.6,
-                    ) -> Image.Image:
-    """image: the input as the user gave it; rollout: (h, w); head_maps: (heads, h, w). Returns one RGB image
-    of (2 + heads) panels, each image.size × scale."""
+def attention_panels(image: Image.Image, rollout: torch.Tensor, head_maps: torch.Tensor, alpha: float = 0.6,
+                     ) -> list[Image.Image]:
+    """image: the input as the user gave it; rollout: (h, w); head_maps: (heads, h, w). Returns 2 + heads RGB
+    panels, each image.size × scale: the input, the rollout over it, then each head's map over it."""
     scale = panel_scale(*image.size)
     W, H = image.size[0] * scale, image.size[1] * scale
     base = np.asarray(image.convert("RGB").resize((W, H), Image.NEAREST)).astype(np.float32)
@@ -41,7 +41,14 @@ def attention_strip(image: Image.Image, rollout: torch.Tensor, head_maps: torch.
     for heat in [rollout, *head_maps]:
         overlay = (1 - alpha) * base + alpha * colorize(upsample(heat, (H, W)))
         panels.append(overlay.clip(0, 255).astype(np.uint8))
-    return Image.fromarray(np.concatenate(panels, axis=1))
+    return [Image.fromarray(panel) for panel in panels]
+
+
+def attention_strip(image: Image.Image, rollout: torch.Tensor, head_maps: torch.Tensor, alpha: float = 0.6,
+                    ) -> Image.Image:
+    """The panels of `attention_panels` side by side, as one RGB image."""
+    panels = attention_panels(image, rollout, head_maps, alpha)
+    return Image.fromarray(np.concatenate([np.asarray(panel) for panel in panels], axis=1))
 
 
 def save_png(picture: Image.Image, path: str | Path) -> Path:

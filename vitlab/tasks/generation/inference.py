@@ -92,11 +92,12 @@ def save_picture(picture: Image.Image, path: str | Path) -> Path:
 
 def sample_grid(task, prior, saved: dict[str, Any], out: str | Path, class_index: int | None = None, n: int = 16,
                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-                use_cache: bool = True) -> dict[str, Any]:
-    """n samples of one class (or n of each class, a row per class) as one PNG."""
+                use_cache: bool = True, vqgan: tuple[torch.nn.Module, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """n samples of one class (or n of each class, a row per class) as one PNG. `vqgan`: the prior's VQGAN run
+    (model, config), already loaded (default: loaded from the run's --vqgan)."""
     if task.name != "prior":
         raise ValueError(f"`vitlab sample` takes a prior run (vitlab train --task prior); this is a {task.name} run")
-    vqgan, _ = load_vqgan_run(saved["config"]["vqgan"])
+    vqgan, _ = vqgan or load_vqgan_run(saved["config"]["vqgan"])
     classes = saved["data"]["classes"]
     if class_index is not None and not 0 <= class_index < len(classes):
         raise ValueError(f"--class must be one of 0 … {len(classes) - 1} ({', '.join(classes)}), got {class_index}")

@@ -1,0 +1,72 @@
+"""`vitlab serve RUN_DIR [RUN_DIR ...]`: the runs' predictions as an HTTP API and a page in the browser."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="serve trained runs: a page in the browser and an HTTP API",
+                              description="A page at / with a tab per run, the JSON API under /api (GET /api/runs, "
+                                          "POST /api/runs/NAME/predict) and its documentation at /docs. The models "
+                                          "load once, at start; Ctrl-C or SIGTERM stops the server cleanly.")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="folders written by `vitlab train` (any image "
+                   "task); each is served under its folder's name")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 serves other machines "
+                   "(default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7860, help="TCP port (default: 7860)")
+    p.add_argument("--weights", choices=["last", "best", "ema"], default="best", help="which checkpoint of each "
+                   "run; a run without it serves its last (default: best)")
+    p.add_argument("--workers", type=int, default=2, help="predictions run at once; torch's threads are shared "
+                   "among them (default: 2)")
+    p.add_argument("--queue", type=int, default=32, help="requests that may wait for a worker; more are answered "
+                   "503 (default: 32)")
+    p.add_argument("--max-upload-mb", type=float, default=20.0, help="largest upload, in MiB (default: 20)")
+    p.add_argument("--max-pixels", type=float, default=16.0, help="largest image, in megapixels (width × height "
+                   "/ 2^20) (default: 16)")
+    p.add_argument("--oversize", choices=["refuse", "downscale"], default="refuse", help="an image above "
+                   "--max-pixels: refuse it (HTTP 413) or downscale it to fit (default: refuse)")
+    p.add_argument("--no-page", dest="page", action="store_false", help="serve the API only, without the "
+                   "Gradio page (default: both)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+        if args.page:
+            import gradio  # noqa: F401
+    except ImportError as error:
+        raise ValueError(f"`vitlab serve` needs {error.name}, part of the serve extra: pip install "
+                         f"\"vitlab[serve]\" (or pip install -e \".[serve]\" in a checkout)") from None
+    from ..serve.app import create_app
+    from ..serve.pool import WorkerPool
+    from ..serve.runs import load_runs
+    from ..serve.server import Server
+    from ..serve.uploads import ImageLimits
+
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be in 1 … 65535, got {args.port}")
+    limits = ImageLimits(max_bytes=int(args.max_upload_mb * 2**20), max_pixels=int(args.max_pixels * 2**20),
+                         oversize=args.oversize)
+    runs = load_runs(args.run_dirs, args.weights)
+    pool = WorkerPool(args.workers, args.queue)
+    pool.share_cores()
+    app = create_app(runs, pool, limits, page=args.page)
+    for served in runs:
+        print(f"  {served.name}: {served.kind}, {served.model_name} ({served.weights} weights), "
+              f"{served.path}")
+    print(f"vitlab serve: {len(runs)} run(s), {pool.describe()}; images up to {args.max_pixels:g} MP "
+          f"({args.oversize} larger ones)")
+    shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"  page http://{shown}:{args.port}/   API http://{shown}:{args.port}/api/runs   docs "
+          f"http://{shown}:{args.port}/docs", flush=True)
+    server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on"))
+    server.run()
+    if not server.started and not server.should_exit:
+        raise ValueError(f"could not listen on {args.host}:{args.port} (is the port in use? choose another with "
+                         f"--port)")
+    print(f"vitlab serve: stopped{f' ({server.stopped_by})' if server.stopped_by else ''}; served {pool.served} "
+          f"prediction(s)", flush=True)
+    return 0

@@ -1,0 +1,200 @@
+"""The page: a Gradio tab per run, laid out by the run's task. Each tab's button calls `runs.predict` on the
+server's worker pool, exactly as the API does, and shows the JSON's pictures; a refusal shows its message."""
+
+from __future__ import annotations
+
+import html
+import io
+from typing import Any
+
+import gradio as gr
+from PIL import Image
+
+from .pool import WorkerPool
+from .runs import ServedRun, decode_png, predict
+from .uploads import BadInput, ImageLimits, within_limits
+
+
+def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> gr.Blocks:
+    def answer(run: ServedRun, image: Image.Image | None, **options: Any) -> dict[str, Any]:
+        try:
+            if image is not None:
+                image = within_limits(image, "image", limits)
+            if options.get("reference") is not None:
+                options["reference"] = within_limits(options["reference"], "reference", limits)
+            return pool.run_blocking(predict, run, image, "upload.png", **options)
+        except BadInput as error:
+            raise gr.Error(str(error)) from None
+
+    with gr.Blocks(title="vitlab") as page:
+        gr.Markdown(f"# vitlab\n{len(runs)} trained run(s). Each tab is one run; the same predictions are an "
+                    f"HTTP API: [`/docs`](/docs).")
+        with gr.Tabs():
+            for run in runs:
+                with gr.Tab(f"{run.name} · {run.kind}", id=run.name, elem_id=f"tab-{run.name}"):
+                    TABS[run.kind](run, answer)
+    return page
+
+
+def _image_input(run: ServedRun, label: str = "image") -> gr.Image:
+    return gr.Image(type="pil", image_mode=None, label=label, sources=["upload", "clipboard"],
+                    elem_id=f"{run.name}-{label.replace(' ', '-')}")
+
+
+def _examples(run: ServedRun, image: gr.Image) -> None:
+    if run.examples:
+        gr.Examples([[str(path)] for path in run.examples], inputs=[image], label="examples: click one to try it")
+
+
+def _picture(text: str) -> Image.Image:
+    return Image.fromarray(decode_png(text))
+
+
+def _classification(run: ServedRun, answer) -> None:
+    with gr.Row():
+        with gr.Column():
+            image = _image_input(run)
+            top_k = gr.Slider(1, max(1, len(run.classes)), value=min(3, max(1, len(run.classes))), step=1,
+                              label="top-k classes")
+            button = gr.Button("Classify", variant="primary", elem_id=f"{run.name}-run")
+        with gr.Column():
+            classes = gr.Label(label="classes", elem_id=f"{run.name}-classes")
+            rollout = gr.Image(label="attention rollout (all layers)", interactive=False)
+    heads = gr.Gallery(label="class-token attention of each head, last layer", columns=6, height="auto")
+    _examples(run, image)
+
+    def classify(picture, k):
+        result = answer(run, picture, top_k=int(k), attention=True)
+        probabilities = {item["class"]: item["probability"] for item in result["top_k"]}
+        maps = result.get("attention")
+        if maps is None:
+            return probabilities, None, []
+        return probabilities, _picture(maps["rollout_png"]), [_picture(h) for h in maps["heads_png"]]
+
+    button.click(classify, [image, top_k], [classes, rollout, heads])
+
+
+def _detection(run: ServedRun, answer) -> None:
+    with gr.Row():
+        with gr.Column():
+            image = _image_input(run)
+            threshold = gr.Slider(0.0, 0.99, value=0.5, step=0.01, label="score threshold")
+            button = gr.Button("Detect", variant="primary", elem_id=f"{run.name}-run")
+        drawn = gr.Image(label="detections", interactive=False)
+    table = gr.Dataframe(headers=["class", "score", "x0", "y0", "x1", "y1"], label="boxes (pixels)",
+                         interactive=False)
+    _examples(run, image)
+
+    def detect(picture, limit):
+        result = answer(run, picture, threshold=float(limit))
+        rows = [[d["label"], d["score"], *d["box"]] for d in result["detections"]]
+        return _picture(result["image_png"]), rows
+
+    button.click(detect, [image, threshold], [drawn, table])
+
+
+def _segmentation(run: ServedRun, answer) -> None:
+    with gr.Row():
+        with gr.Column():
+            image = _image_input(run)
+            button = gr.Button("Segment", variant="primary", elem_id=f"{run.name}-run")
+        mask = gr.Image(label="class mask", interactive=False)
+        overlay = gr.Image(label="overlay", interactive=False)
+    legend = gr.HTML(label="legend")
+    _examples(run, image)
+
+    def segment(picture):
+        result = answer(run, picture)
+        coloured = Image.open(io.BytesIO(_png_bytes(result["mask_png"]))).convert("RGB")
+        return coloured, _picture(result["overlay_png"]), legend_html(result["legend"], result["classes"])
+
+    button.click(segment, [image], [mask, overlay, legend])
+
+
+def _png_bytes(text: str) -> bytes:
+    import base64
+
+    return base64.b64decode(text)
+
+
+def legend_html(legend: list[dict[str, Any]], shares: dict[str, float]) -> str:
+    """Each class's colour swatch, name and share of the image (classes absent from the image greyed)."""
+    items = []
+    for entry in legend:
+        share = shares.get(entry["class"])
+        text = f"{html.escape(entry['class'])} {share:.1%}" if share else html.escape(entry["class"])
+        style = "" if share else "opacity:0.45"
+        items.append(f'<span style="display:inline-block;margin:2px 10px 2px 0;{style}"><span style="display:'
+                     f'inline-block;width:14px;height:14px;vertical-align:middle;border:1px solid #888;background:'
+                     f'{entry["color"]}"></span> {text}</span>')
+    return "<div>" + "".join(items) + "</div>"
+
+
+def _restoration(run: ServedRun, answer) -> None:
+    degradations = list(run.model.degradations)
+    with gr.Row():
+        with gr.Column():
+            image = _image_input(run)
+            degradation = gr.Dropdown(degradations, value=degradations[0], label="restoration task")
+            reference = _image_input(run, "clean reference (optional)")
+            button = gr.Button("Restore", variant="primary", elem_id=f"{run.name}-run")
+        with gr.Column():
+            view = gr.ImageSlider(label="before | after", type="pil", interactive=False)
+            scores = gr.Markdown(elem_id=f"{run.name}-scores")
+    _examples(run, image)
+
+    def restore(picture, name, clean):
+        result = answer(run, picture, degradation=name, reference=clean)
+        after = _picture(result["image_png"])
+        before = picture.convert("RGB").resize(after.size, Image.Resampling.BICUBIC)
+        text = f"{name}: {'×'.join(map(str, result['input_size']))} → {'×'.join(map(str, result['output_size']))} " \
+               f"in {result['seconds']:.2f} s"
+        if "psnr_y" in result:
+            text += (f"\n\n| | PSNR-Y | SSIM-Y | PSNR-RGB |\n|---|---|---|---|\n| restored | {result['psnr_y']:.2f} | "
+                     f"{result['ssim_y']:.4f} | {result['psnr_rgb']:.2f} |\n| input | {result['input_psnr_y']:.2f} |"
+                     f" {result['input_ssim_y']:.4f} | {result['input_psnr_rgb']:.2f} |")
+        return (before, after), text
+
+    button.click(restore, [image, degradation, reference], [view, scores])
+
+
+def _vqgan(run: ServedRun, answer) -> None:
+    with gr.Row():
+        with gr.Column():
+            image = _image_input(run)
+            button = gr.Button("Reconstruct", variant="primary", elem_id=f"{run.name}-run")
+        with gr.Column():
+            rebuilt = gr.Image(label="input | reconstruction", interactive=False)
+            psnr = gr.Markdown()
+    _examples(run, image)
+
+    def reconstruct(picture):
+        result = answer(run, picture)
+        value = "∞" if result["psnr"] in (None, float("inf")) else f"{result['psnr']:.2f}"
+        return _picture(result["image_png"]), f"PSNR {value} dB, {len(result['codes'])} codes"
+
+    button.click(reconstruct, [image], [rebuilt, psnr])
+
+
+def _prior(run: ServedRun, answer) -> None:
+    with gr.Row():
+        with gr.Column():
+            chosen = gr.Dropdown([(name, i) for i, name in enumerate(run.classes)], value=0, label="class")
+            n = gr.Slider(1, 64, value=16, step=1, label="samples")
+            temperature = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="temperature")
+            top_k = gr.Slider(0, run.model.config.num_codes, value=0, step=1, label="top-k (0: all codes)")
+            top_p = gr.Slider(0.0, 1.0, value=1.0, step=0.01, label="top-p (1: all)")
+            seed = gr.Number(0, precision=0, label="seed")
+            button = gr.Button("Sample", variant="primary", elem_id=f"{run.name}-run")
+        grid = gr.Image(label="samples", interactive=False)
+
+    def sample(index, count, t, k, p, draw_seed):
+        result = answer(run, None, class_index=int(index), n=int(count), temperature=float(t),
+                        top_k=int(k) or None, top_p=float(p) if p < 1 else None, seed=int(draw_seed))
+        return _picture(result["grid_png"])
+
+    button.click(sample, [chosen, n, temperature, top_k, top_p, seed], [grid])
+
+
+TABS = {"classification": _classification, "detection": _detection, "segmentation": _segmentation,
+        "restoration": _restoration, "vqgan": _vqgan, "prior": _prior}

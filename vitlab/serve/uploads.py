@@ -1,0 +1,87 @@
+"""What the server accepts as an image, and the answer it gives to what it does not.
+
+Every refusal is a `BadInput` with the HTTP status to answer and a message that says what was expected; the API
+turns it into a 4xx answer and the page into an error box, and the server goes on serving.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+
+class BadInput(ValueError):
+    """A request the server refuses: `status` is the HTTP status to answer (4xx)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    """max_bytes: the largest upload read; max_pixels: the largest width × height; oversize: what to do with a
+    larger image, "refuse" (answer 413) or "downscale" (keep the aspect ratio, to at most max_pixels)."""
+
+    max_bytes: int = 20 * 2**20
+    max_pixels: int = 16 * 2**20
+    oversize: str = "refuse"
+
+    def __post_init__(self) -> None:
+        if self.oversize not in ("refuse", "downscale"):
+            raise ValueError(f"oversize must be 'refuse' or 'downscale', got {self.oversize!r}")
+        if self.max_bytes < 1 or self.max_pixels < 1:
+            raise ValueError(f"the limits must be positive, got {self.max_bytes} bytes and {self.max_pixels} pixels")
+
+
+def read_image(data: bytes, field: str, limits: ImageLimits) -> Image.Image:
+    """An upload's bytes -> a decoded PIL image within the limits, in its own mode (the task converts it)."""
+    if not data:
+        raise BadInput(400, f"the upload `{field}` is empty: send an image file (PNG, JPEG, WebP, ...) in the "
+                            f"multipart form field `{field}`")
+    if len(data) > limits.max_bytes:
+        raise BadInput(413, f"the upload `{field}` is {len(data):,} bytes, above this server's limit of "
+                            f"{limits.max_bytes:,}; send a smaller file (or start the server with a larger "
+                            f"--max-upload-mb)")
+    try:
+        image = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as error:
+        raise BadInput(413, f"the upload `{field}` declares a huge image ({error}); send a smaller one") from error
+    except (UnidentifiedImageError, OSError) as error:
+        raise BadInput(415, f"the upload `{field}` is not an image Pillow can read ({len(data):,} bytes starting "
+                            f"{data[:8]!r}); send a PNG, JPEG, WebP, BMP, GIF or TIFF file") from error
+    image = within_limits(image, field, limits)
+    try:
+        image.load()
+    except (OSError, ValueError) as error:  # a truncated or damaged file: its header read, its pixels not
+        raise BadInput(415, f"the image `{field}` could not be decoded ({error}); send a complete image file") \
+            from error
+    return image
+
+
+def within_limits(image: Image.Image, field: str, limits: ImageLimits) -> Image.Image:
+    """The image if it has at most `limits.max_pixels` pixels; else refused (413) or downscaled, as the limits
+    say. Only the header need have been read: a refused image is never decoded."""
+    width, height = image.size
+    if width * height <= limits.max_pixels:
+        return image
+    if limits.oversize == "refuse":
+        raise BadInput(413, f"the image `{field}` is {width}×{height} = {width * height:,} pixels, above this "
+                            f"server's limit of {limits.max_pixels:,}; send a smaller image (or start the server "
+                            f"with --oversize downscale, or a larger --max-pixels)")
+    if image.format == "JPEG":
+        image.draft("RGB", (width // 2, height // 2))  # decode at a reduced scale, where the codec can
+    scale = (limits.max_pixels / (image.size[0] * image.size[1])) ** 0.5
+    size = (max(1, int(image.size[0] * scale)), max(1, int(image.size[1] * scale)))
+    try:
+        return image.resize(size, Image.Resampling.LANCZOS)
+    except (OSError, ValueError) as error:
+        raise BadInput(415, f"the image `{field}` could not be decoded ({error}); send a complete image file") \
+            from error
+
+
+def png_safe(image: Image.Image) -> Image.Image:
+    """The image in a mode PNG stores without change of pixels (CMYK, YCbCr, LAB, HSV and floats become RGB)."""
+    return image if image.mode in ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16") else image.convert("RGB")
