@@ -11,6 +11,13 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && comm
     { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; } \
         || echo "   (apt-get failed; vitlab will download the dataset from its official address instead)"
 fi
+# the browser test of `vitlab serve` drives Debian's chromium (playwright downloads no browser here)
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+    echo "== installing chromium (Debian package), for the browser test"
+    { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+        || echo "   (apt-get failed; the browser test will say that chromium is missing)"
+fi
 
 if [ ! -x .venv/bin/python ]; then
     echo "== creating .venv with $($PYTHON --version)"
@@ -53,7 +60,8 @@ import sys
 missing = []
 for name in ["torch", "torchvision", "numpy", "PIL", "safetensors", "tqdm", "matplotlib",
              "pytest", "timm", "transformers", "onnx", "onnxscript", "onnxruntime", "pycocotools", "scipy",
-             "torchmetrics", "skimage", "diffusers", "einops", "taming.modules.vqvae.quantize", "vitlab"]:
+             "torchmetrics", "skimage", "diffusers", "einops", "taming.modules.vqvae.quantize", "fastapi", "uvicorn",
+             "multipart", "gradio", "httpx", "playwright.sync_api", "psutil", "vitlab"]:
     try:
         importlib.import_module(name)
     except Exception as error:  # noqa: BLE001 - report every broken module, whatever it raised

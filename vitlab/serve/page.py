@@ -26,7 +26,7 @@ def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> 
         except BadInput as error:
             raise gr.Error(str(error)) from None
 
-    with gr.Blocks(title="vitlab") as page:
+    with gr.Blocks(title="vitlab", analytics_enabled=False) as page:
         gr.Markdown(f"# vitlab\n{len(runs)} trained run(s). Each tab is one run; the same predictions are an "
                     f"HTTP API: [`/docs`](/docs).")
         with gr.Tabs():
@@ -36,9 +36,15 @@ def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> 
     return page
 
 
-def _image_input(run: ServedRun, label: str = "image") -> gr.Image:
-    return gr.Image(type="pil", image_mode=None, label=label, sources=["upload", "clipboard"],
-                    elem_id=f"{run.name}-{label.replace(' ', '-')}")
+def _image_input(run: ServedRun, label: str = "image", key: str = "image") -> gr.Image:
+    """An upload, kept in its own mode (the task converts it as `vitlab predict` does); #RUN-KEY in the page."""
+    return gr.Image(type="pil", image_mode=None, label=label, sources=["upload", "clipboard"], height=260,
+                    elem_id=f"{run.name}-{key}")
+
+
+def _output_image(run: ServedRun, label: str) -> gr.Image:
+    """The tab's main picture, #RUN-output in the page."""
+    return gr.Image(label=label, interactive=False, height=360, elem_id=f"{run.name}-output")
 
 
 def _examples(run: ServedRun, image: gr.Image) -> None:
@@ -59,8 +65,9 @@ def _classification(run: ServedRun, answer) -> None:
             button = gr.Button("Classify", variant="primary", elem_id=f"{run.name}-run")
         with gr.Column():
             classes = gr.Label(label="classes", elem_id=f"{run.name}-classes")
-            rollout = gr.Image(label="attention rollout (all layers)", interactive=False)
-    heads = gr.Gallery(label="class-token attention of each head, last layer", columns=6, height="auto")
+            rollout = _output_image(run, "attention rollout (all layers)")
+    heads = gr.Gallery(label="class-token attention of each head, last layer", columns=6, height=240,
+                       object_fit="contain")
     _examples(run, image)
 
     def classify(picture, k):
@@ -80,7 +87,7 @@ def _detection(run: ServedRun, answer) -> None:
             image = _image_input(run)
             threshold = gr.Slider(0.0, 0.99, value=0.5, step=0.01, label="score threshold")
             button = gr.Button("Detect", variant="primary", elem_id=f"{run.name}-run")
-        drawn = gr.Image(label="detections", interactive=False)
+        drawn = _output_image(run, "detections")
     table = gr.Dataframe(headers=["class", "score", "x0", "y0", "x1", "y1"], label="boxes (pixels)",
                          interactive=False)
     _examples(run, image)
@@ -98,7 +105,7 @@ def _segmentation(run: ServedRun, answer) -> None:
         with gr.Column():
             image = _image_input(run)
             button = gr.Button("Segment", variant="primary", elem_id=f"{run.name}-run")
-        mask = gr.Image(label="class mask", interactive=False)
+        mask = _output_image(run, "class mask")
         overlay = gr.Image(label="overlay", interactive=False)
     legend = gr.HTML(label="legend")
     _examples(run, image)
@@ -136,10 +143,11 @@ def _restoration(run: ServedRun, answer) -> None:
         with gr.Column():
             image = _image_input(run)
             degradation = gr.Dropdown(degradations, value=degradations[0], label="restoration task")
-            reference = _image_input(run, "clean reference (optional)")
+            reference = _image_input(run, "clean reference (optional)", "reference")
             button = gr.Button("Restore", variant="primary", elem_id=f"{run.name}-run")
         with gr.Column():
-            view = gr.ImageSlider(label="before | after", type="pil", interactive=False)
+            view = gr.ImageSlider(label="before | after", type="pil", interactive=False,
+                                  elem_id=f"{run.name}-output")
             scores = gr.Markdown(elem_id=f"{run.name}-scores")
     _examples(run, image)
 
@@ -164,7 +172,7 @@ def _vqgan(run: ServedRun, answer) -> None:
             image = _image_input(run)
             button = gr.Button("Reconstruct", variant="primary", elem_id=f"{run.name}-run")
         with gr.Column():
-            rebuilt = gr.Image(label="input | reconstruction", interactive=False)
+            rebuilt = _output_image(run, "input | reconstruction")
             psnr = gr.Markdown()
     _examples(run, image)
 
@@ -186,7 +194,7 @@ def _prior(run: ServedRun, answer) -> None:
             top_p = gr.Slider(0.0, 1.0, value=1.0, step=0.01, label="top-p (1: all)")
             seed = gr.Number(0, precision=0, label="seed")
             button = gr.Button("Sample", variant="primary", elem_id=f"{run.name}-run")
-        grid = gr.Image(label="samples", interactive=False)
+        grid = _output_image(run, "samples")
 
     def sample(index, count, t, k, p, draw_seed):
         result = answer(run, None, class_index=int(index), n=int(count), temperature=float(t),

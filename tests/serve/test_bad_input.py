@@ -1,0 +1,140 @@
+"""Every bad input gets a 4xx answer whose message says what was expected, and the server goes on serving."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from vitlab.serve.pool import WorkerPool
+from vitlab.serve.uploads import BadInput, ImageLimits, read_image
+
+from .conftest import EXAMPLES
+
+BOOT = (EXAMPLES / "test0-ankle-boot.png").read_bytes()
+
+
+def png(width: int, height: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(buffer,
+                                                                                                          "PNG")
+    return buffer.getvalue()
+
+
+def ask(url: str, run: str = "cls", data: bytes | None = BOOT, field: str = "image", **fields) -> httpx.Response:
+    files = {field: ("upload.png", data, "image/png")} if data is not None else None
+    return httpx.post(f"{url}/api/runs/{run}/predict", files=files, data={k: str(v) for k, v in fields.items()},
+                      timeout=60)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("run", "data", "fields", "status", "says"), [
+    ("cls", b"this is a text file, not a picture", {}, 415, "not an image Pillow can read"),
+    ("cls", b"", {}, 400, "is empty: send an image file"),
+    ("cls", png(64, 64)[:200], {}, 415, "could not be decoded"),  # a truncated PNG: its header, half its pixels
+    ("nope", BOOT, {}, 404, "no run named 'nope'; this server serves cls, detr"),
+    ("cls", BOOT, {"threshold": 0.5}, 422, "threshold is not an option of a classification run"),
+    ("cls", BOOT, {"colour": "red"}, 422, "unknown form field(s) colour"),
+    ("cls", BOOT, {"top_k": 0}, 422, "top_k must be at least 1"),
+    ("cls", BOOT, {"top_k": "three"}, 422, "top_k"),
+    ("cls", None, {}, 422, "needs an image: send one in the multipart form field `image`"),
+    ("detr", BOOT, {"threshold": 1.5}, 422, "threshold must be in [0, 1)"),
+    ("ipt", BOOT, {"degradation": "sr4"}, 422, "sr4"),
+    ("prior", None, {"class_index": 99}, 422, "--class must be one of 0 … 9"),
+    ("prior", None, {"n": 1000}, 422, "n must be in 1 … 64"),
+])
+def test_each_bad_request_is_answered_4xx_with_what_was_expected(server, run, data, fields, status, says):
+    answer = ask(server, run, data, **fields)
+    assert answer.status_code == status, answer.text
+    assert says in str(answer.json()["detail"]), answer.json()
+    assert ask(server).status_code == 200  # and the server goes on serving
+
+
+@pytest.mark.slow
+def test_a_reference_for_a_run_that_takes_none_is_refused(server):
+    files = {"image": ("a.png", BOOT, "image/png"), "reference": ("b.png", BOOT, "image/png")}
+    answer = httpx.post(f"{server}/api/runs/cls/predict", files=files, timeout=60)
+    assert answer.status_code == 422 and "reference is not an option" in answer.json()["detail"]
+
+
+@pytest.mark.slow
+def test_size_limits_refuse_or_downscale(served):
+    from vitlab.serve.app import create_app
+    from vitlab.serve.server import background_server
+
+    cls = [run for run in served if run.name == "cls"]
+    small = ImageLimits(max_bytes=4000, max_pixels=64 * 64)
+    with background_server(create_app(cls, WorkerPool(1), small, page=False)) as url:
+        too_many_bytes = ask(url, data=png(40, 40))  # 4,861 bytes of noise, a small image
+        assert too_many_bytes.status_code == 413 and "above this server's limit of 4,000" in too_many_bytes.text
+        blank = io.BytesIO()
+        Image.new("L", (100, 80)).save(blank, "PNG")  # a few hundred bytes, 8,000 pixels
+        too_many_pixels = ask(url, data=blank.getvalue())
+        assert too_many_pixels.status_code == 413 and "100×80 = 8,000 pixels" in too_many_pixels.text
+        assert "--oversize downscale" in too_many_pixels.text
+        assert ask(url).status_code == 200
+    with background_server(create_app(cls, WorkerPool(1), ImageLimits(max_pixels=64 * 64, oversize="downscale"),
+                                      page=False)) as url:
+        assert ask(url, data=blank.getvalue()).status_code == 200
+    image = read_image(blank.getvalue(), "image", ImageLimits(max_pixels=64 * 64, oversize="downscale"))
+    assert image.size == (71, 57) and image.size[0] * image.size[1] <= 64 * 64  # the aspect ratio kept
+
+
+def test_a_full_pool_answers_503_and_frees_its_slots():
+    pool = WorkerPool(workers=1, queue=1)
+    release = threading.Event()
+    first = threading.Thread(target=pool.run_blocking, args=(release.wait,))
+    second = threading.Thread(target=pool.run_blocking, args=(release.wait,))
+    first.start(), second.start()
+    time.sleep(0.2)
+    with pytest.raises(BadInput) as refused:
+        pool.run_blocking(lambda: None)
+    assert refused.value.status == 503 and "busy" in str(refused.value)
+    release.set()
+    first.join(), second.join()
+    assert pool.run_blocking(lambda: 42) == 42 and pool.served == 3
+    pool.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_vitlab_serve_stops_cleanly_on_a_signal(trained, stop):
+    from vitlab.serve.server import free_port
+
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    process = subprocess.Popen([sys.executable, "-m", "vitlab", "serve", str(trained["cls"]), "--port", str(port),
+                                "--no-page"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/runs", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.2)
+        assert ask(f"http://127.0.0.1:{port}").status_code == 200
+        process.send_signal(stop)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert f"stopped ({stop.name}); served 1 prediction(s)" in out
+    assert "Traceback" not in err
+
+
+def test_without_the_serve_extra_vitlab_serve_says_what_to_install(trained, monkeypatch, capsys):
+    from vitlab.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi now raises ImportError
+    assert main(["serve", str(trained["cls"])]) == 2
+    assert 'needs fastapi, part of the serve extra: pip install "vitlab[serve]"' in capsys.readouterr().err
