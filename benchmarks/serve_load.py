@@ -32,14 +32,16 @@ sys.path.insert(0, str(ROOT))
 RESULTS = Path(__file__).parent / "results"
 
 
-def jobs_for(runs) -> list[tuple[str, Path | None, dict[str, str]]]:
-    """(run name, image, form fields) for each example image of each served run; a prior: samples of class 0."""
+def jobs_for(runs, attention: bool = True) -> list[tuple[str, Path | None, dict[str, str]]]:
+    """(run name, image, form fields) for each example image of each served run; a prior: samples of class 0.
+    attention=False: classification answers without their attention maps."""
     jobs = []
     for run in runs:
         if run.kind == "prior":
             jobs.append((run.name, None, {"n": "4", "class_index": "0"}))
         else:
-            jobs += [(run.name, path, {}) for path in run.examples]
+            fields = {"attention": "false"} if run.kind == "classification" and not attention else {}
+            jobs += [(run.name, path, fields) for path in run.examples]
     return jobs
 
 
@@ -150,6 +152,13 @@ def start_server(run_dirs: list[str], port: int, workers: int, page: bool = True
     raise RuntimeError("vitlab serve did not start in 5 minutes")
 
 
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [f"# vitlab serve under load: {result['requests']} requests from {result['clients']} concurrent clients",
@@ -180,22 +189,29 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--separately", action="store_true", help="also load each run alone (a row each)")
+    parser.add_argument("--separately", action="store_true", help="also load each run alone (a row each; a "
+                        "classification run also without its attention maps)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
-    sets = [args.run_dirs] + ([[run] for run in args.run_dirs] if args.separately and len(args.run_dirs) > 1 else [])
+    sets = [(args.run_dirs, True)]
+    if args.separately:
+        for run in args.run_dirs:
+            task = json.loads((Path(run) / "config.json").read_text()).get("task", "classification")
+            sets += [([run], True)] if len(args.run_dirs) > 1 else []
+            sets += [([run], False)] if task == "classification" else []
     rows = []
-    for run_dirs in sets:
+    for run_dirs, attention in sets:
         port = free_port()
         process = start_server(run_dirs, port, args.workers)
         url = f"http://127.0.0.1:{port}"
         try:
             before = memory_mb(process.pid)["VmRSS"]
-            jobs = jobs_for(load_runs(run_dirs))  # the server's names and examples, read from the folders
+            jobs = jobs_for(load_runs(run_dirs), attention)  # the server's names and examples, from the folders
             with MemorySampler(process.pid) as sampler:
                 row = load_test(url, jobs, args.requests, args.clients)
-            row.update({"runs": ", ".join(Path(r).name for r in run_dirs), "rss_before_mb": before,
+            label = ", ".join(Path(r).name for r in run_dirs) + ("" if attention else " (no attention maps)")
+            row.update({"runs": label, "attention": attention, "rss_before_mb": before,
                         "peak_rss_mb": sampler.peak, "vm_hwm_mb": memory_mb(process.pid)["VmHWM"]})
         finally:
             process.terminate()
@@ -205,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"peak RSS {row['peak_rss_mb']:.0f} MiB", flush=True)
     result = {"argv": argv if argv is not None else sys.argv[1:], "requests": args.requests, "clients": args.clients,
               "workers": args.workers, "rows": rows,
-              "machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": platform.processor() or platform.machine(),
+              "machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": cpu_name(),
                           "torch": torch.__version__, "python": platform.python_version()}}
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out / "serve_load.json", lambda f: f.write(json.dumps(result, indent=1).encode()))

@@ -43,12 +43,16 @@ def upload(page, run: str, image: Path, label: str = "image") -> None:
     page.locator(f"#{run}-{label} img").first.wait_for(state="visible")  # the preview: the upload has arrived
 
 
-def try_tab(page, run, timeout_ms: float = 120_000) -> None:
+def try_tab(page, run, timeout_ms: float = 120_000, threshold: float | None = None) -> None:
     """Open the run's tab, give it its first example (a prior: no image), press its button and wait for the
-    answer's picture."""
+    answer's picture. `threshold`: a detection tab's score threshold, typed into its slider's box."""
     open_tab(page, run.name)
     if run.needs_image:
         upload(page, run.name, run.examples[0])
+    if threshold is not None and run.kind == "detection":
+        box = page.locator(f"#{run.name}-threshold input[type=number]")
+        box.fill(str(threshold))
+        box.press("Enter")
     page.locator(f"#{run.name}-run").click()
     page.locator(f"#{run.name}-output img").first.wait_for(state="visible", timeout=timeout_ms)
     page.wait_for_timeout(500)  # let the gallery and the slider settle
@@ -65,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--threshold", type=float, help="detection tabs: this score threshold (default: the "
+                        "page's 0.5)")
     args = parser.parse_args(argv)
     runs = load_runs(args.run_dirs)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
             if run.needs_image and not run.examples:
                 print(f"{run.name}: no example image, skipped")
                 continue
-            try_tab(page, run)
+            try_tab(page, run, threshold=args.threshold)
             path = args.out / f"serve_{run.kind}.png"
             page.screenshot(path=str(path), full_page=True)
             print(f"wrote {path}")

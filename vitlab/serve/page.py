@@ -85,7 +85,8 @@ def _detection(run: ServedRun, answer) -> None:
     with gr.Row():
         with gr.Column():
             image = _image_input(run)
-            threshold = gr.Slider(0.0, 0.99, value=0.5, step=0.01, label="score threshold")
+            threshold = gr.Slider(0.0, 0.99, value=0.5, step=0.01, label="score threshold",
+                                  elem_id=f"{run.name}-threshold")
             button = gr.Button("Detect", variant="primary", elem_id=f"{run.name}-run")
         drawn = _output_image(run, "detections")
     table = gr.Dataframe(headers=["class", "score", "x0", "y0", "x1", "y1"], label="boxes (pixels)",
