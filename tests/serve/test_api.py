@@ -155,3 +155,15 @@ def test_concurrent_requests_each_get_their_own_answer(server):
     with ThreadPoolExecutor(8) as clients:
         together = list(clients.map(lambda job: post(server, *job).json(), jobs * 2))
     assert together == alone * 2
+
+
+def test_an_image_folder_run_offers_its_own_images_as_examples(tmp_path):
+    from vitlab.serve.runs import ServedRun, example_images
+
+    for split, name in (("train", "cat"), ("train", "dog"), ("test", "cat"), ("test", "dog")):
+        (tmp_path / split / name).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (8, 8)).save(tmp_path / split / name / f"{i}.png")
+    saved = {"data": {"name": str(tmp_path), "classes": ["cat", "dog"], "channels": 3}}
+    run = ServedRun("pets", tmp_path, type("Task", (), {"name": "classification"})(), saved, None, "best")
+    assert example_images(run) == [tmp_path / "test" / "cat" / "0.png", tmp_path / "test" / "dog" / "0.png"]

@@ -125,10 +125,21 @@ def example_images(run: ServedRun, count: int = 4) -> list[Path]:
                 break
     elif run.kind == "restoration":
         found = [Path(p) for p in data.get("test", [])]
-    elif run.kind in ("classification", "vqgan") and EXAMPLES.is_dir():
-        channels = data.get("channels", 3)
-        found = sorted(EXAMPLES.glob("*.png")) if channels == 1 else []
+    elif run.kind == "classification" and data.get("name") and Path(data["name"]).is_dir():
+        found = folder_examples(Path(data["name"]), run.classes, count)
+    elif run.kind in ("classification", "vqgan") and EXAMPLES.is_dir() and data.get("channels", 3) == 1:
+        found = sorted(EXAMPLES.glob("*.png"))
     return [p for p in found if p.is_file()][:count]
+
+
+def folder_examples(root: Path, classes: list[str], count: int) -> list[Path]:
+    """One image of each of the first classes of an image folder (its test/ or val/ split where it has one)."""
+    split = next((root / name for name in ("test", "val") if (root / name).is_dir()), root)
+    found = []
+    for name in classes[:count]:
+        files = sorted(p for p in (split / name).glob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        found += files[:1]
+    return found
 
 
 # ---- one request ----------------------------------------------------------------------------------------------------
