@@ -56,6 +56,14 @@ def _picture(text: str) -> Image.Image:
     return Image.fromarray(decode_png(text))
 
 
+def _enlarged(picture: Image.Image, min_side: int = 256, max_side: int = 1200) -> Image.Image:
+    """Small pictures (28-pixel garments, 32-pixel samples) shown enlarged by a whole factor, nearest neighbour, so
+    that their pixels stay sharp; the API's pictures keep their own size."""
+    scale = max(1, min(min_side // min(picture.size), max_side // max(picture.size)))
+    return picture if scale == 1 else picture.resize((picture.width * scale, picture.height * scale),
+                                                     Image.Resampling.NEAREST)
+
+
 def _classification(run: ServedRun, answer) -> None:
     with gr.Row():
         with gr.Column():
@@ -114,7 +122,8 @@ def _segmentation(run: ServedRun, answer) -> None:
     def segment(picture):
         result = answer(run, picture)
         coloured = Image.open(io.BytesIO(_png_bytes(result["mask_png"]))).convert("RGB")
-        return coloured, _picture(result["overlay_png"]), legend_html(result["legend"], result["classes"])
+        return (_enlarged(coloured), _enlarged(_picture(result["overlay_png"])),
+                legend_html(result["legend"], result["classes"]))
 
     button.click(segment, [image], [mask, overlay, legend])
 
@@ -180,7 +189,7 @@ def _vqgan(run: ServedRun, answer) -> None:
     def reconstruct(picture):
         result = answer(run, picture)
         value = "∞" if result["psnr"] in (None, float("inf")) else f"{result['psnr']:.2f}"
-        return _picture(result["image_png"]), f"PSNR {value} dB, {len(result['codes'])} codes"
+        return _enlarged(_picture(result["image_png"])), f"PSNR {value} dB, a grid of {len(result['codes'])}×{len(result['codes'][0])} codes"
 
     button.click(reconstruct, [image], [rebuilt, psnr])
 
@@ -200,7 +209,7 @@ def _prior(run: ServedRun, answer) -> None:
     def sample(index, count, t, k, p, draw_seed):
         result = answer(run, None, class_index=int(index), n=int(count), temperature=float(t),
                         top_k=int(k) or None, top_p=float(p) if p < 1 else None, seed=int(draw_seed))
-        return _picture(result["grid_png"])
+        return _enlarged(_picture(result["grid_png"]))
 
     button.click(sample, [chosen, n, temperature, top_k, top_p, seed], [grid])
 
