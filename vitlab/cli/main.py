@@ -19,8 +19,8 @@ from . import (
     predict,
     restore_cmd,
     scenes_cmd,
-    serve_cmd,
     seq2seq_cmd,
+    serve_cmd,
     train,
 )
 

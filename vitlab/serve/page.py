@@ -189,7 +189,8 @@ def _vqgan(run: ServedRun, answer) -> None:
     def reconstruct(picture):
         result = answer(run, picture)
         value = "∞" if result["psnr"] in (None, float("inf")) else f"{result['psnr']:.2f}"
-        return _enlarged(_picture(result["image_png"])), f"PSNR {value} dB, a grid of {len(result['codes'])}×{len(result['codes'][0])} codes"
+        rows, columns = len(result["codes"]), len(result["codes"][0])
+        return _enlarged(_picture(result["image_png"])), f"PSNR {value} dB, a grid of {rows}×{columns} codes"
 
     button.click(reconstruct, [image], [rebuilt, psnr])
 
