@@ -4,14 +4,13 @@ server's worker pool, exactly as the API does, and shows the JSON's pictures; a 
 from __future__ import annotations
 
 import html
-import io
 from typing import Any
 
 import gradio as gr
 from PIL import Image
 
 from .pool import WorkerPool
-from .runs import ServedRun, decode_png, predict
+from .runs import ServedRun, decode_picture, predict
 from .uploads import BadInput, ImageLimits, within_limits
 
 
@@ -53,7 +52,7 @@ def _examples(run: ServedRun, image: gr.Image) -> None:
 
 
 def _picture(text: str) -> Image.Image:
-    return Image.fromarray(decode_png(text))
+    return decode_picture(text).convert("RGB")
 
 
 def _enlarged(picture: Image.Image, min_side: int = 256, max_side: int = 1200) -> Image.Image:
@@ -121,17 +120,11 @@ def _segmentation(run: ServedRun, answer) -> None:
 
     def segment(picture):
         result = answer(run, picture)
-        coloured = Image.open(io.BytesIO(_png_bytes(result["mask_png"]))).convert("RGB")
+        coloured = decode_picture(result["mask_png"]).convert("RGB")  # the palette's colours
         return (_enlarged(coloured), _enlarged(_picture(result["overlay_png"])),
                 legend_html(result["legend"], result["classes"]))
 
     button.click(segment, [image], [mask, overlay, legend])
-
-
-def _png_bytes(text: str) -> bytes:
-    import base64
-
-    return base64.b64decode(text)
 
 
 def legend_html(legend: list[dict[str, Any]], shares: dict[str, float]) -> str:

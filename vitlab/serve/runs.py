@@ -270,8 +270,13 @@ HANDLERS = {"classification": _classification, "detection": _detection, "segment
             "restoration": _restoration, "vqgan": _vqgan, "prior": _prior}
 
 
-def decode_png(text: str) -> np.ndarray:
-    """A base64 PNG (as the API returns it) -> its pixels."""
+def decode_picture(text: str) -> Image.Image:
+    """A base64 PNG (as the API returns it) -> the PIL image, palette and all."""
     import io
 
-    return np.asarray(Image.open(io.BytesIO(base64.b64decode(text))))
+    return Image.open(io.BytesIO(base64.b64decode(text)))
+
+
+def decode_png(text: str) -> np.ndarray:
+    """A base64 PNG (as the API returns it) -> its pixels."""
+    return np.asarray(decode_picture(text))
