@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .runtime_flags import add_runtime_flags, on_runtime
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="evaluate a trained run on its test data (or other data)")
@@ -16,6 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
+    add_runtime_flags(p)
     image = p.add_argument_group("classification, detection, segmentation and restoration")
     image.add_argument("--data", help="classification: 'fashion-mnist' or an image folder; detection: a COCO-format "
                        "folder with the run's categories; segmentation: a folder of images and masks with the run's "
@@ -59,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
 
     task, saved = load_task(args.run_dir)
     model = RunDir(args.run_dir).load_model(args.weights)
+    if task.name in ("seq2seq", "prior") and (args.runtime != "torch" or args.precision != "fp32"):
+        raise ValueError(f"a {task.name} run decodes in a Python loop: it runs on --runtime torch in fp32 only"
+                         + (" (evaluate its VQGAN run on a runtime instead)" if task.name == "prior" else ""))
+    if task.name not in ("seq2seq", "prior"):
+        model = on_runtime(model, args, args.run_dir, args.weights)
     if task.name == "classification":
         options = {"data": args.data, "data_dir": args.data_dir, "batch_size": args.batch_size or 256,
                    "bf16": args.bf16, "compile": args.compile, "plot": args.plot}

@@ -1,4 +1,5 @@
-"""`vitlab export RUN_DIR --format onnx|exported-program`: a trained model for deployment, batch size free."""
+"""`vitlab export RUN_DIR --format onnx|openvino|exported-program`: a trained model for deployment, batch size free
+(and the image size, where the model allows it)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,25 @@ from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("export", help="export a trained run (or a vitlab .safetensors file)")
+    p = subparsers.add_parser("export", help="export a trained run (or a vitlab .safetensors file) for a runtime")
     p.add_argument("source", metavar="RUN_DIR", help="run folder from `vitlab train`, or a vitlab .safetensors file")
-    p.add_argument("--format", choices=["onnx", "exported-program"], default="onnx", help="(default: onnx)")
-    p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx or RUN_DIR/model.pt2)")
-    p.add_argument("--weights", choices=["last", "best"], default="last",
+    p.add_argument("--format", choices=["onnx", "openvino", "exported-program"], default="onnx",
+                   help="onnx (onnxruntime), openvino (an .xml with its .bin) or exported-program (torch.export "
+                   ".pt2) (default: onnx)")
+    p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx, model.xml or model.pt2; a restorer "
+                   "with several tasks: one file per task, model-TASK.onnx)")
+    p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint of a run folder (default: last)")
+    p.add_argument("--task", help="a restoration run: the degradation to export, e.g. sr2 (default: every one)")
+    p.add_argument("--no-optimize", action="store_true", help="ONNX: skip onnxruntime's transformer optimizer "
+                   "(default: fuse a ViT's LayerNorm, GELU and bias additions)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..interop import load_model
-    from ..interop.export import FORMATS, export_model
+    from ..runtime.export import FORMATS, export_graph
+    from ..runtime.graphs import graph_for, kind_of
 
     source = Path(args.source)
     weights = source / f"{args.weights}.safetensors" if source.is_dir() else source
@@ -26,6 +34,22 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no weights at {weights}: give a run folder from `vitlab train` or a .safetensors")
     folder = source if source.is_dir() else source.parent
     out = Path(args.out) if args.out else folder / f"model{FORMATS[args.format]}"
-    path = export_model(load_model(weights), out, args.format)
-    print(f"wrote {path} ({args.format}, input 'images' with a dynamic batch axis, output 'logits')")
+    if out.suffix != FORMATS[args.format]:
+        raise ValueError(f"--out {out}: a {args.format} file ends in {FORMATS[args.format]}")
+    model = load_model(weights).eval()
+    kind = kind_of(model)
+    tasks: list[str | None] = [None]
+    if kind == "restorer":
+        tasks = [args.task] if args.task else list(model.degradations)
+    elif args.task:
+        raise ValueError(f"--task picks a restoration run's degradation; this run is a {kind}")
+    for task in tasks:
+        graph = graph_for(model, task=task)
+        path = out if len(tasks) == 1 else out.with_name(f"{out.stem}-{task}{out.suffix}")
+        export_graph(graph, path, args.format, optimize=not args.no_optimize)
+        free = ", ".join(f"{name} {'/'.join(sorted(axes.values()))}" if axes else f"{name} fixed"
+                         for name, axes in zip(graph.input_names, graph.dynamic))
+        which = f" ({graph.meta['degradation']})" if "degradation" in graph.meta else ""
+        print(f"wrote {path}{which}: {args.format}, inputs {', '.join(graph.input_names)} (free axes: {free}), "
+              f"outputs {', '.join(graph.output_names)}")
     return 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .runtime_flags import add_runtime_flags, on_runtime
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict", help="predict with a trained run (classify image files, translate "
@@ -18,6 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
                    help="which checkpoint (default: last)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
+    add_runtime_flags(p)
     detection = p.add_argument_group("detection and segmentation")
     detection.add_argument("--out", metavar="DIR", help="detection: write each image with its boxes drawn here, as "
                            "NAME.png; segmentation: its class mask (NAME_mask.png, a palette PNG of class indices) and "
@@ -35,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--top-k and --beam-size must be at least 1, got {args.top_k} and {args.beam_size}")
     task, saved = load_task(args.run_dir)
     model = RunDir(args.run_dir).load_model(args.weights)
+    if task.name != "seq2seq":
+        model = on_runtime(model, args, args.run_dir, args.weights)
+    elif args.runtime != "torch":
+        raise ValueError("a seq2seq run decodes in a Python loop: it runs on --runtime torch only")
     results = task.predict(model, saved, args.inputs, top_k=args.top_k, beam_size=args.beam_size, out=args.out,
                            threshold=args.threshold)
     print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .runtime_flags import add_runtime_flags, on_runtime
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..data.degradations import DEGRADATIONS
@@ -25,6 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=["last", "best", "ema"], default="best",
                    help="which checkpoint (default: best)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
                if value is not None}
     task.config = dataclasses.replace(task.config, **changes)
     which = args.weights if RunDir(args.run_dir).weights_file(args.weights).is_file() else "last"
-    model = RunDir(args.run_dir).load_model(which)
+    model = on_runtime(RunDir(args.run_dir).load_model(which), args, args.run_dir, which)
     results = task.predict(model, saved, args.images, out=args.out, degradation=args.degradation,
                            reference=args.reference)
     print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .runtime_flags import add_runtime_flags, on_runtime
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="serve trained runs: a page in the browser and an HTTP API",
@@ -26,6 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "/ 2^20) (default: 16)")
     p.add_argument("--oversize", choices=["refuse", "downscale"], default="refuse", help="an image above "
                    "--max-pixels: refuse it (HTTP 413) or downscale it to fit (default: refuse)")
+    add_runtime_flags(p)
     p.add_argument("--no-page", dest="page", action="store_false", help="serve the API only, without the "
                    "Gradio page (default: both)")
     p.set_defaults(run=run)
@@ -50,9 +53,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in 1 … 65535, got {args.port}")
     limits = ImageLimits(max_bytes=int(args.max_upload_mb * 2**20), max_pixels=int(args.max_pixels * 2**20),
                          oversize=args.oversize)
-    runs = load_runs(args.run_dirs, args.weights)
     pool = WorkerPool(args.workers, args.queue)
-    pool.share_cores()
+    threads = pool.share_cores()
+    runs = load_runs(args.run_dirs, args.weights,
+                     runtime=lambda model, path, which: on_runtime(model, args, path, which, threads))
     app = create_app(runs, pool, limits, page=args.page)
     for served in runs:
         print(f"  {served.name}: {served.kind}, {served.model_name} ({served.weights} weights), "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,10 @@ OPTIONS: dict[str, dict[str, str]] = {
 }
 
 
-def load_runs(paths: list[str | Path], weights: str = "best") -> list[ServedRun]:
-    """Each run folder loaded once; names are the folder names, made unique with -2, -3, ..."""
+def load_runs(paths: list[str | Path], weights: str = "best",
+              runtime: Callable[[nn.Module, Path, str], nn.Module] | None = None) -> list[ServedRun]:
+    """Each run folder loaded once; names are the folder names, made unique with -2, -3, ... `runtime(model,
+    run_dir, weights)`: the model to serve in place of each run's own (a prior's sampling loop stays on torch)."""
     from ..engine.run import RunDir
     from ..tasks import load_task
     from ..tasks.generation.prior_task import load_vqgan_run
@@ -101,6 +104,8 @@ def load_runs(paths: list[str | Path], weights: str = "best") -> list[ServedRun]
                              f"detection, segmentation, restoration, vqgan, prior); use `vitlab translate` for it")
         which = weights if RunDir(path).weights_file(weights).is_file() else "last"
         model = RunDir(path).load_model(which).requires_grad_(False)
+        if runtime is not None and task.name != "prior":
+            model = runtime(model, path, which)
         name, suffix = path.resolve().name, 2
         while any(run.name == name for run in runs):
             name, suffix = f"{path.resolve().name}-{suffix}", suffix + 1

@@ -1,0 +1,35 @@
+"""`--runtime`, `--precision` and `--threads`: the inference runtime a command's model runs on (vitlab.runtime)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from torch import nn
+
+RUNTIMES = ("torch", "onnxruntime", "openvino", "compile")
+
+
+def add_runtime_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--runtime", choices=RUNTIMES, default="torch", help="run the model on torch (eager), "
+                   "onnxruntime or openvino (the extras vitlab[onnx], vitlab[openvino]; the graph is exported to "
+                   "RUN_DIR/runtime/ on first use), or under torch.compile (default: torch)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16 where the CPU has native "
+                   "bf16: torch autocast, OpenVINO's bf16 inference precision (default: fp32)")
+    p.add_argument("--threads", type=int, help="intra-op threads of the runtime (default: one per usable core)")
+
+
+def on_runtime(model: nn.Module, args: argparse.Namespace, run_dir: str | Path, weights: str,
+               threads: int | None = None) -> nn.Module:
+    """`model` itself for the default (torch, fp32), else the model with its forward on the runtime asked for;
+    what the runtime chose is said on stderr."""
+    if args.runtime == "torch" and args.precision == "fp32" and args.threads is None:
+        return model
+    from ..runtime import runtime_model
+
+    stamp = int((Path(run_dir) / f"{weights}.safetensors").stat().st_mtime)
+    runtime = runtime_model(model, args.runtime, args.precision, args.threads or threads,
+                            cache_dir=Path(run_dir) / "runtime", cache_name=f"{weights}-{stamp}")
+    print(f"runtime: {runtime.describe()}", file=sys.stderr)
+    return runtime.as_model()

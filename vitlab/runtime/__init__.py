@@ -1,0 +1,253 @@
+"""Inference on a runtime: `load(run_or_file, backend)` gives a callable with the PyTorch model's own outputs.
+
+    >>> from vitlab import runtime
+    >>> classify = runtime.load("runs/vit", backend="openvino")   # or a .onnx / .xml / .pt2 from `vitlab export`
+    >>> classify(images).shape                                    # images: a (B, C, H, W) tensor or numpy array
+    (B, K)
+    >>> classify.describe()
+    'openvino 2026.4.1, fp32, CPU: 2 threads, pinned to cores'
+
+Backends: `torch` (the model itself, the reference), `compile` (torch.compile), `onnxruntime` and `openvino` (the
+extras `vitlab[onnx]` and `vitlab[openvino]`). A run's graph is exported on first use and kept in RUN/runtime/;
+where a model's graph fixes a size (a ViT's image size, IPT's tile), a new size gets a graph of its own.
+`Runtime.as_model()` is the torch model with that one method running on the runtime: every task's eval, predict
+and serve code takes it in place of the model.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .backends import (
+    BACKENDS,
+    PRECISIONS,
+    CpuSettings,
+    OnnxRuntimeBackend,
+    OpenVinoBackend,
+    TorchBackend,
+    as_tensor,
+    cpu_settings,
+)
+from .export import FORMATS, export_graph, export_model, read_metadata, require
+from .graphs import ExportError, Graph, check_backend, graph_for, kind_of, pack
+
+__all__ = ["BACKENDS", "FORMATS", "PRECISIONS", "ExportError", "Runtime", "export_model", "load", "runtime_model"]
+
+FILE_BACKENDS = {".onnx": ("onnxruntime", "openvino"), ".xml": ("openvino",), ".pt2": ("torch", "compile")}
+
+
+class Runtime:
+    """A model (or an exported file) on one backend. Call it with the graph's inputs, tensors or numpy arrays:
+    it returns what the PyTorch model returns (a tensor, DetectionOutput, SegmentationOutput), numpy arrays in it
+    where the inputs were numpy. `named(...)` gives the outputs by their export names instead."""
+
+    def __init__(self, backend: str, precision: str, settings: CpuSettings, kind: str,
+                 input_names: tuple[str, ...], output_names: tuple[str, ...], model: nn.Module | None = None,
+                 method: str = "forward", cache_dir: Path | None = None, cache_name: str = "model",
+                 engine: Any = None, task: int | None = None) -> None:
+        self.backend, self.precision, self.settings = backend, precision, settings
+        self.kind, self.input_names, self.output_names = kind, input_names, output_names
+        self.model, self.method = model, method
+        self.cache_dir, self.cache_name = cache_dir, cache_name
+        self.file_task = task
+        self._engines: dict[tuple, Any] = {}
+        self._free: dict[int | None, tuple[dict[int, str], ...]] = {}
+        self._building = threading.Lock()  # serve's workers may ask for the same new graph at once
+        if engine is not None:
+            self._engines[None] = engine
+        self.first_call_s: float | None = None
+
+    # -- calling -------------------------------------------------------------------------------------------------
+    def __call__(self, *inputs: Any, task: int | str | None = None) -> Any:
+        numpy_in = any(isinstance(x, np.ndarray) for x in inputs)
+        outputs = self._run(list(inputs), task)
+        if numpy_in:
+            outputs = [o.numpy() for o in outputs]
+        return pack(self.kind, outputs)
+
+    def named(self, *inputs: Any, task: int | str | None = None) -> dict[str, Any]:
+        numpy_in = any(isinstance(x, np.ndarray) for x in inputs)
+        outputs = self._run(list(inputs), task)
+        return {name: o.numpy() if numpy_in else o for name, o in zip(self.output_names, outputs)}
+
+    def _run(self, inputs: list[Any], task: int | str | None) -> list[torch.Tensor]:
+        if not inputs or len(inputs) > len(self.input_names):
+            raise ValueError(f"this {self.kind} takes {', '.join(self.input_names)}; got {len(inputs)} inputs")
+        if self.kind == "detector" and (len(inputs) == 1 or inputs[1] is None):
+            images = inputs[0]
+            shape = (images.shape[0], *images.shape[-2:])
+            inputs = [images, np.zeros(shape, bool) if isinstance(images, np.ndarray) else
+                      torch.zeros(shape, dtype=torch.bool)]
+        engine = self._engine_for(inputs, task)
+        return engine(inputs)
+
+    # -- engines, one per task and fixed size --------------------------------------------------------------------
+    def _engine_for(self, inputs: list[Any], task: int | str | None) -> Any:
+        if self.model is None:  # a file: one graph
+            if task not in (None, self.file_task):
+                raise ValueError(f"this file holds the graph of task {self.file_task}, not {task!r}; export the "
+                                 f"run once per task (`vitlab export RUN --task NAME`)")
+            return self._engines[None]
+        index = self.model.task_index(0 if task is None else task) if self.kind == "restorer" else None
+        free = self._free.get(index) or graph_for(self.model, task=index).dynamic
+        key = (index, _fixed(inputs, free))
+        if key in self._engines:
+            return self._engines[key]
+        with self._building:
+            return self._engines.get(key) or self._add_engine(inputs, index)
+
+    def _add_engine(self, inputs: list[Any], index: int | None) -> Any:
+        example = tuple(_at_least_two(as_tensor(x)) for x in inputs)
+        graph = graph_for(self.model, example, index)
+        start = time.perf_counter()
+        engine = self._build(graph, (index, _fixed(inputs, graph.dynamic)))
+        self.first_call_s = time.perf_counter() - start
+        # export may have fixed axes the family leaves free (a ViT's image size): key by what stayed free
+        self._free[index] = graph.dynamic
+        self._engines[(index, _fixed(inputs, graph.dynamic))] = engine
+        return engine
+
+    def _build(self, graph: Graph, key: tuple) -> Any:
+        if self.backend in ("torch", "compile"):
+            return TorchBackend(graph.module, self.settings, self.precision, compile=self.backend == "compile")
+        if self.backend == "openvino":
+            ov = require("openvino", "the openvino backend")
+            from .export import _exported
+
+            return OpenVinoBackend(ov.convert_model(_exported(graph)), self.settings, self.precision)
+        path = self._cache_path(key)
+        if path.is_file():  # exported by an earlier process: its record says which axes stayed free
+            graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
+        else:
+            export_graph(graph, path, "onnx")
+        return OnnxRuntimeBackend(str(path), self.settings, self.precision)
+
+    def _cache_path(self, key: tuple) -> Path:
+        index, fixed = key
+        parts = [self.cache_name] + ([f"task{index}"] if index is not None else [])
+        parts += ["x".join(map(str, shape)) for shape in fixed if shape]
+        if self.cache_dir is None:
+            import tempfile
+
+            self.cache_dir = Path(tempfile.mkdtemp(prefix="vitlab-runtime-"))
+        return self.cache_dir / ("-".join(parts) + ".onnx")
+
+    # -- the torch model with its graph's method on this runtime -------------------------------------------------
+    def as_model(self) -> nn.Module:
+        """A shallow copy of the model (the same parameters) whose `forward` (a VQGAN: `decode`) runs here."""
+        if self.model is None:
+            raise ValueError("a runtime loaded from an exported file has no torch model around it; load the run "
+                             "folder to use it in vitlab's eval, predict and serve")
+        model = copy.copy(self.model)
+        original = getattr(type(model), self.method)
+        runtime = self
+        if self.kind == "restorer":
+            def method(x, task=0, return_tokens=False):
+                if return_tokens:  # the attention pictures need the body's tokens: only torch has them
+                    return original(model, x, task, return_tokens=True)
+                return runtime(x, task=task)
+        elif self.kind == "detector":
+            def method(images, padding_mask=None):
+                return runtime(images, padding_mask)
+        else:
+            def method(x):
+                return runtime(x)
+        object.__setattr__(model, self.method, method)
+        model.runtime = self  # on the copy only: says what runs it
+        return model
+
+    def describe(self) -> str:
+        engine = next(iter(self._engines.values()), None)
+        version = engine.version() if engine is not None else _version(self.backend)
+        return f"{version}, {self.precision}, CPU: {self.settings.describe()}"
+
+
+def _fixed(inputs: list[Any], free: tuple[dict[int, str], ...]) -> tuple[tuple[int, ...], ...]:
+    """The sizes of the axes a graph fixes, input by input: what tells one graph of a model from another."""
+    return tuple(tuple(s for axis, s in enumerate(x.shape) if axis not in axes) for x, axes in zip(inputs, free))
+
+
+def _at_least_two(x: torch.Tensor) -> torch.Tensor:
+    """An example batch of at least 2, so that export keeps the batch axis free."""
+    return x if x.shape[0] >= 2 else x.expand(2, *x.shape[1:]).contiguous()
+
+
+def _version(backend: str) -> str:
+    if backend in ("torch", "compile"):
+        return f"{backend} (torch {torch.__version__})"
+    module = require(backend, f"the {backend} backend")
+    return f"{backend} {module.__version__}"
+
+
+def _check(backend: str, precision: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown runtime {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "bf16":
+        from ..engine.speed import check_bf16
+
+        check_bf16("cpu")
+    if backend in ("onnxruntime", "openvino"):
+        require(backend, f"the {backend} runtime")
+
+
+def runtime_model(model: nn.Module, backend: str = "torch", precision: str = "fp32", threads: int | None = None,
+                  cache_dir: str | os.PathLike | None = None, cache_name: str = "model") -> Runtime:
+    """`model` (a vitlab model) on `backend`; graphs exported to `cache_dir` (default: a temporary folder)."""
+    _check(backend, precision)
+    kind = kind_of(model)
+    check_backend(model, backend)
+    graph = graph_for(model)
+    return Runtime(backend, precision, cpu_settings(threads, backend), kind, graph.input_names, graph.output_names,
+                   model=model.eval(), method=graph.method, cache_dir=Path(cache_dir) if cache_dir else None,
+                   cache_name=cache_name)
+
+
+def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str = "last",
+         precision: str = "fp32", threads: int | None = None) -> Runtime:
+    """A run folder, a vitlab .safetensors file, a vitlab model, or a file from `vitlab export` (.onnx, .xml, .pt2)
+    on `backend` (default: torch; for an exported file, the runtime it was written for)."""
+    if isinstance(run_or_file, nn.Module):
+        return runtime_model(run_or_file, backend or "torch", precision, threads)
+    path = Path(run_or_file)
+    if path.is_dir():
+        from ..engine.run import RunDir
+
+        run = RunDir(path)
+        model = run.load_model(weights)
+        stamp = int(run.weights_file(weights).stat().st_mtime)  # a new checkpoint gets new graphs
+        return runtime_model(model, backend or "torch", precision, threads, cache_dir=path / "runtime",
+                             cache_name=f"{weights}-{stamp}")
+    if path.suffix == ".safetensors":
+        from ..interop import load_model
+
+        return runtime_model(load_model(path).eval(), backend or "torch", precision, threads)
+    if path.suffix not in FILE_BACKENDS:
+        raise ValueError(f"{path}: expected a run folder, a .safetensors file, or a file from `vitlab export` "
+                         f"({', '.join(FILE_BACKENDS)})")
+    backend = backend or FILE_BACKENDS[path.suffix][0]
+    if backend not in FILE_BACKENDS[path.suffix]:
+        raise ValueError(f"a {path.suffix} file runs on {' or '.join(FILE_BACKENDS[path.suffix])}, not {backend}; "
+                         f"export the run in another format (`vitlab export RUN --format ...`) or load the run")
+    _check(backend, precision)
+    record = read_metadata(path)
+    settings = cpu_settings(threads, backend)
+    if backend == "onnxruntime":
+        engine = OnnxRuntimeBackend(str(path), settings, precision)
+    elif backend == "openvino":
+        engine = OpenVinoBackend(str(path), settings, precision)
+    else:
+        program = torch.export.load(str(path))
+        engine = TorchBackend(program.module(), settings, precision, compile=backend == "compile")
+    return Runtime(backend, precision, settings, record["kind"], tuple(record["inputs"]), tuple(record["outputs"]),
+                   method=record["method"], engine=engine, task=record.get("task"))

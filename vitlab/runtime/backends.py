@@ -1,0 +1,148 @@
+"""The engines a graph runs on. Each takes the graph's inputs as numpy arrays or torch tensors and returns its
+outputs, in order, as torch tensors (CPU), so that the caller can rebuild the model's own return value.
+
+    torch        the model itself, eager (the reference every other backend is held to)
+    compile      the graph under torch.compile (inductor, frozen weights)
+    onnxruntime  an ONNX graph in an onnxruntime InferenceSession on the CPU
+    openvino     an OpenVINO model compiled for the CPU
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .export import require
+
+BACKENDS = ("torch", "onnxruntime", "openvino", "compile")
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class CpuSettings:
+    """What a backend is told about the CPU: `threads` for one inference, and whether its threads are pinned to
+    cores (only OpenVINO can; elsewhere the OS schedules them)."""
+
+    threads: int
+    pinned: bool
+
+    def describe(self) -> str:
+        return f"{self.threads} thread{'s' if self.threads != 1 else ''}, " + \
+            ("pinned to cores" if self.pinned else "not pinned")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, so a container's or taskset's limit counts)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def cpu_settings(threads: int | None = None, backend: str = "torch") -> CpuSettings:
+    """One intra-op thread per usable core (more oversubscribes: measured slower on 2 cores), no inter-op
+    parallelism (a ViT's graph is one chain); threads pinned to cores where the backend can pin."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    return CpuSettings(threads or usable_cores(), pinned=backend == "openvino")
+
+
+def as_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.ascontiguousarray(x)
+
+
+def as_tensor(x: Any) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+
+
+class TorchBackend:
+    """The torch module itself (eager or compiled), under inference mode, bf16 autocast if asked."""
+
+    def __init__(self, module: nn.Module, settings: CpuSettings, precision: str = "fp32",
+                 compile: bool = False) -> None:
+        torch.set_num_threads(settings.threads)
+        self.module = module.eval()
+        self.precision = precision
+        if compile:
+            import torch._inductor.config as inductor
+
+            # frozen weights let inductor fold them into its kernels (inference only: nothing trains them)
+            inductor.freezing = True
+            self.module = torch.compile(module, dynamic=False)
+        self.name = "compile" if compile else "torch"
+
+    def __call__(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        autocast = torch.autocast("cpu", torch.bfloat16) if self.precision == "bf16" else nullcontext()
+        with torch.inference_mode(), autocast:
+            outputs = self.module(*[as_tensor(x) for x in inputs])
+        outputs = [outputs] if isinstance(outputs, torch.Tensor) else outputs
+        return [o.float() for o in outputs]
+
+    def version(self) -> str:
+        return f"torch {torch.__version__}"
+
+
+class OnnxRuntimeBackend:
+    """An ONNX file in an onnxruntime CPU session: all graph optimisations, sequential execution."""
+
+    name = "onnxruntime"
+
+    def __init__(self, path: str, settings: CpuSettings, precision: str = "fp32") -> None:
+        ort = require("onnxruntime", "the onnxruntime backend")
+        if precision != "fp32":
+            raise ValueError("the onnxruntime backend runs fp32 only (its CPU kernels have no bf16 attention); "
+                             "use --runtime openvino or torch for bf16")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = settings.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self._ort = ort
+
+    def __call__(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        feed = {name: as_numpy(x) for name, x in zip(self.input_names, inputs)}
+        return [torch.from_numpy(o) for o in self.session.run(None, feed)]
+
+    def version(self) -> str:
+        return f"onnxruntime {self._ort.__version__}"
+
+
+class OpenVinoBackend:
+    """An OpenVINO model (an .xml file, or one converted in memory) compiled for the CPU, latency-first: one
+    stream using every thread, pinned."""
+
+    name = "openvino"
+
+    def __init__(self, model: Any, settings: CpuSettings, precision: str = "fp32") -> None:
+        ov = require("openvino", "the openvino backend")
+        core = ov.Core()
+        if isinstance(model, (str, os.PathLike)):
+            model = core.read_model(str(model))
+        config = {"INFERENCE_NUM_THREADS": settings.threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+                  "ENABLE_CPU_PINNING": settings.pinned,
+                  "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
+        self.compiled = core.compile_model(model, "CPU", config)
+        self._local = threading.local()  # an infer request serves one thread at a time (serve's workers)
+        self._ov = ov
+
+    def __call__(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        results = request.infer([as_numpy(x) for x in inputs], share_inputs=True, share_outputs=False)
+        return [torch.from_numpy(np.asarray(results[port])) for port in self.compiled.outputs]
+
+    def version(self) -> str:
+        return f"openvino {self._ov.__version__}"
