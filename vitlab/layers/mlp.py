@@ -31,6 +31,8 @@ def may_overwrite(t: torch.Tensor, *producers: nn.Module) -> bool:
     cost page faults, and no forward hook can have kept a reference to it (a hook that stores an output, e.g. for
     feature capture, must see the value it was given).
     """
+    if torch.compiler.is_compiling():  # a traced graph reuses buffers itself; a size test would guard its batch
+        return False
     if t.requires_grad or t.numel() < IN_PLACE_MIN_ELEMENTS or _global_forward_hooks:
         return False
     return not any(m._forward_hooks for producer in producers for m in producer.modules())

@@ -106,7 +106,7 @@ class Runtime:
             return self._engines.get(key) or self._add_engine(inputs, index)
 
     def _add_engine(self, inputs: list[Any], index: int | None) -> Any:
-        example = tuple(_at_least_two(as_tensor(x)) for x in inputs)
+        example = tuple(_batch_of_two(as_tensor(x)) for x in inputs)
         graph = graph_for(self.model, example, index)
         start = time.perf_counter()
         engine = self._build(graph, (index, _fixed(inputs, graph.dynamic)))
@@ -176,9 +176,10 @@ def _fixed(inputs: list[Any], free: tuple[dict[int, str], ...]) -> tuple[tuple[i
     return tuple(tuple(s for axis, s in enumerate(x.shape) if axis not in axes) for x, axes in zip(inputs, free))
 
 
-def _at_least_two(x: torch.Tensor) -> torch.Tensor:
-    """An example batch of at least 2, so that export keeps the batch axis free."""
-    return x if x.shape[0] >= 2 else x.expand(2, *x.shape[1:]).contiguous()
+def _batch_of_two(x: torch.Tensor) -> torch.Tensor:
+    """An example batch of 2 from the call's inputs: 1 would fix the batch axis to 1; a large one lets torch's
+    size-dependent kernels guard the batch from below (IPT at 8 tiles: batch >= 5)."""
+    return x[:2].contiguous() if x.shape[0] >= 2 else x.expand(2, *x.shape[1:]).contiguous()
 
 
 def _version(backend: str) -> str:
