@@ -59,7 +59,8 @@ import sys
 
 missing = []
 for name in ["torch", "torchvision", "numpy", "PIL", "safetensors", "tqdm", "matplotlib",
-             "pytest", "timm", "transformers", "onnx", "onnxscript", "onnxruntime", "pycocotools", "scipy",
+             "pytest", "timm", "transformers", "onnx", "onnxscript", "onnxruntime", "openvino", "pycocotools",
+             "scipy",
              "torchmetrics", "skimage", "diffusers", "einops", "taming.modules.vqvae.quantize", "fastapi", "uvicorn",
              "multipart", "gradio", "httpx", "playwright.sync_api", "psutil", "vitlab"]:
     try:

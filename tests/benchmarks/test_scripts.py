@@ -215,3 +215,33 @@ def test_vqgan_speed_benchmark_compares_with_diffusers(tmp_path):
     assert result["parameters"]["vitlab"] == result["parameters"]["diffusers"]  # the same model in both
     assert set(result["train_step_s"]) == {"vitlab", "diffusers"} and result["cached_equals_recomputed"]
     assert "diffusers VQModel" in (tmp_path / "vqgan_speed.md").read_text()
+
+
+def test_gpu_check_skips_cleanly_without_a_gpu(tmp_path):
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the check would run for real")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path)],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "no CUDA GPU" in done.stdout and "skipped" in done.stdout
+    assert not list(tmp_path.iterdir())  # nothing measured, nothing written
+
+
+@pytest.mark.slow
+def test_runtimes_script_writes_json_and_markdown(tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("openvino")
+    runtimes = _load_script("runtimes")
+    result = runtimes.main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    rows = {(r["model"], r["label"]): r for r in result["rows"]}
+    for model in ("vit_tiny_patch4_28", "ipt_small"):
+        for label in ("vitlab torch", "vitlab onnxruntime", "vitlab openvino", "vitlab compile"):
+            row = rows[(model, label)]
+            assert row["images_per_s"] > 0 and row["first_call_s"] > 0 and row["max_abs_diff"] <= 1e-4
+    assert rows[("vit_tiny_patch4_28", "timm eager")]["ratio_to_base"] == pytest.approx(1.0)
+    assert rows[("ipt_small", "vitlab torch")]["base"] == "vitlab torch"
+    markdown = (tmp_path / "t.md").read_text()
+    assert "| model | batch | contender |" in markdown and "timm eager" in markdown

@@ -106,10 +106,13 @@ class Runtime:
             return self._engines.get(key) or self._add_engine(inputs, index)
 
     def _add_engine(self, inputs: list[Any], index: int | None) -> Any:
-        example = tuple(_batch_of_two(as_tensor(x)) for x in inputs)
-        graph = graph_for(self.model, example, index)
         start = time.perf_counter()
-        engine = self._build(graph, (index, _fixed(inputs, graph.dynamic)))
+        # the callers (predict, serve) run under inference mode, which torch.export refuses; their inputs are
+        # inference tensors, so the example is a fresh copy made outside it
+        with torch.inference_mode(False):
+            example = tuple(_batch_of_two(as_tensor(x)).clone() for x in inputs)
+            graph = graph_for(self.model, example, index)
+            engine = self._build(graph, (index, _fixed(inputs, graph.dynamic)))
         self.first_call_s = time.perf_counter() - start
         # export may have fixed axes the family leaves free (a ViT's image size): key by what stayed free
         self._free[index] = graph.dynamic

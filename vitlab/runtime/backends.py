@@ -9,6 +9,7 @@ outputs, in order, as torch tensors (CPU), so that the caller can rebuild the mo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -71,7 +72,9 @@ class TorchBackend:
     def __init__(self, module: nn.Module, settings: CpuSettings, precision: str = "fp32",
                  compile: bool = False) -> None:
         torch.set_num_threads(settings.threads)
-        self.module = module.eval()
+        with contextlib.suppress(NotImplementedError):  # an ExportedProgram's module is fixed in eval already
+            module.eval()
+        self.module = module
         self.precision = precision
         if compile:
             import torch._inductor.config as inductor

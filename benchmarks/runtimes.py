@@ -1,0 +1,286 @@
+"""vitlab on its inference runtimes against what a user would otherwise run on the CPU: timm eager and under
+torch.compile, Hugging Face ViTForImageClassification eager, and Hugging Face optimum's ONNX Runtime path.
+
+    python benchmarks/runtimes.py                          # the default set below (~35 min on 2 cores)
+    python benchmarks/runtimes.py --quick                  # a smoke run: two tiny models, one round
+    python benchmarks/runtimes.py --optimum-site DIR       # also optimum-onnx, installed apart (see below)
+
+Contenders run interleaved in one process, in rotated rounds (each goes first once); a row's images/s is the
+median over rounds of its median call, its spread the range over rounds, its ratio to timm the median of the
+per-round ratios. "first call" is creation plus the first call (export and session creation, or compilation);
+"call peak" the resident memory a call adds above what was resident before it (VmHWM, Linux). max |Δ| compares
+each vitlab runtime (and timm, given the same weights) with vitlab's torch output.
+
+optimum-onnx pins transformers < 4.58, which diffusers (a test dependency) refuses; install it apart and point
+the benchmark at it, which then imports that transformers for the Hugging Face rows too:
+
+    pip install --no-deps --target /tmp/optimum-site optimum-onnx==0.1.0 optimum==2.1.0 transformers==4.57.6 \
+        huggingface-hub==0.36.2 tokenizers
+
+Writes benchmarks/results/<tag>.json and .md (default tag: runtimes). One benchmark at a time on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.metadata
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass
+class Case:
+    name: str
+    batch: int
+    shape: tuple[int, ...] | None = None  # one input's shape without the batch (default: the model's images)
+
+
+DEFAULT = [Case("vit_small_patch16_224", 1), Case("vit_small_patch16_224", 32), Case("vit_base_patch16_224", 1),
+           Case("vit_base_patch16_224", 32), Case("detr_small", 4, (3, 128, 128)),
+           Case("setr_pup_small", 4, (3, 128, 128)), Case("ipt_small", 16, (3, 48, 48))]
+QUICK = [Case("vit_tiny_patch4_28", 8), Case("ipt_small", 4, (3, 48, 48))]
+
+
+@dataclass
+class Contender:
+    label: str
+    make: Callable[[], Callable[[Any], Any]]  # builds it; the result maps the batch to its first output
+    reference: bool = False  # compare its output with vitlab torch's (same weights)
+
+
+def contenders(case: Case, model, bf16: bool, optimum: bool) -> list[Contender]:
+    import torch
+
+    from vitlab import runtime
+
+    def on(backend: str, precision: str = "fp32"):
+        def make():
+            engine = runtime.load(model, backend=backend, precision=precision)
+            return lambda x: _first(engine(x))
+        return make
+
+    rows = [Contender("vitlab torch", on("torch"), True), Contender("vitlab compile", on("compile"), True),
+            Contender("vitlab onnxruntime", on("onnxruntime"), True),
+            Contender("vitlab openvino", on("openvino"), True)]
+    if bf16:
+        rows += [Contender("vitlab torch bf16", on("torch", "bf16"), True),
+                 Contender("vitlab openvino bf16", on("openvino", "bf16"), True)]
+    if not case.name.startswith("vit_"):
+        return rows
+
+    def timm_model():
+        from benchmarks.harness.workloads import build
+
+        m = build("timm", case.name).eval()
+        m.load_state_dict(model.state_dict())  # vitlab's ViT keys are timm's
+        return m
+
+    def timm_eager():
+        return timm_model()
+
+    def timm_compiled():
+        import torch._inductor.config as inductor
+
+        inductor.freezing = True
+        return torch.compile(timm_model())
+
+    def timm_bf16():
+        m = timm_model()
+
+        def call(x):
+            with torch.autocast("cpu", torch.bfloat16):
+                return m(x).float()
+        return call
+
+    def hf_eager():
+        from benchmarks.harness.workloads import build
+
+        return build("hf", case.name).eval()
+
+    def optimum_ort():
+        import onnxruntime as ort
+        from optimum.onnxruntime import ORTModelForImageClassification
+
+        from benchmarks.harness.workloads import build
+        from vitlab.runtime.backends import usable_cores
+
+        folder = Path(tempfile.mkdtemp(prefix="optimum-"))
+        build("hf", case.name).inner.save_pretrained(folder / "hf")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = usable_cores(), 1
+        m = ORTModelForImageClassification.from_pretrained(folder / "hf", export=True, session_options=options,
+                                                           provider="CPUExecutionProvider")
+        return lambda x: m(pixel_values=x).logits
+
+    rows = [Contender("timm eager", timm_eager, True), Contender("timm compile", timm_compiled, True),
+            Contender("hf eager", hf_eager)] + ([Contender("optimum onnxruntime", optimum_ort)] if optimum else []) \
+        + rows
+    if bf16:
+        rows.append(Contender("timm bf16 autocast", timm_bf16, True))
+    return rows
+
+
+def _first(out: Any) -> Any:
+    return out if hasattr(out, "shape") else out.logits
+
+
+def measure(case: Case, rounds: int, calls: int, optimum: bool, progress=print) -> list[dict]:
+    import torch
+
+    from benchmarks.harness.costs import peak_rss_mib, peak_rss_reset, rss_mib
+    from vitlab import create_model
+    from vitlab.engine.speed import bf16_supported
+
+    torch.manual_seed(0)
+    model = create_model(case.name).eval()
+    shape = case.shape or (model.config.in_chans, *model.patch_embed.img_size)
+    x = torch.rand(case.batch, *shape) if case.name.startswith("ipt") else torch.randn(case.batch, *shape)
+    entries = contenders(case, model, bf16_supported("cpu"), optimum)
+    fns, rows = {}, {}
+    with torch.inference_mode():
+        expected = _first(model(x))
+    for c in entries:
+        progress(f"  {case.name} b{case.batch}: building {c.label}")
+        start = time.perf_counter()
+        try:
+            fn = c.make()
+            with torch.inference_mode():
+                out = fn(x)
+        except Exception as error:  # noqa: BLE001 - a contender that cannot run is a row that says why
+            rows[c.label] = {"label": c.label, "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+            continue
+        rows[c.label] = {"label": c.label, "first_call_s": time.perf_counter() - start, "samples": [],
+                         "max_abs_diff": float((torch.as_tensor(out).float() - expected).abs().max())
+                         if c.reference else None}
+        fns[c.label] = fn
+    labels = list(fns)
+    for r in range(rounds):
+        order = labels[r % len(labels):] + labels[:r % len(labels)]
+        for label in order:
+            gc.collect()
+            before = rss_mib()
+            peak_rss_reset()
+            times = []
+            with torch.inference_mode():
+                for _ in range(calls):
+                    start = time.perf_counter()
+                    fns[label](x)
+                    times.append(time.perf_counter() - start)
+            row = rows[label]
+            row["samples"].append(statistics.median(times))
+            row["call_peak_mib"] = max(row.get("call_peak_mib", 0.0), peak_rss_mib() - before)
+        progress(f"  {case.name} b{case.batch}: round {r + 1}/{rounds} done")
+    base = rows.get("timm eager") if "timm eager" in fns else rows.get("vitlab torch")
+    out = []
+    for c in entries:
+        row = rows[c.label]
+        row.update({"model": case.name, "batch": case.batch})
+        if "samples" in row:
+            median = statistics.median(row["samples"])
+            row["images_per_s"] = case.batch / median
+            row["spread"] = (max(row["samples"]) - min(row["samples"])) / median
+            if base is not None and "samples" in base:
+                row["ratio_to_base"] = statistics.median(b / s for b, s in zip(base["samples"], row["samples"]))
+                row["base"] = base["label"]
+        out.append(row)
+    del fns
+    gc.collect()
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | batch | contender | images/s | spread | × base | base | first call s | call peak MiB | "
+             "max \\|Δ\\| vs vitlab torch |", "|---|---:|---|---:|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['label']} | — | — | — | — | — | — | {r['error']} |")
+            continue
+        diff = f"{r['max_abs_diff']:.1e}" if r.get("max_abs_diff") is not None else "—"
+        lines.append(f"| {r['model']} | {r['batch']} | {r['label']} | {r['images_per_s']:.2f} | "
+                     f"{r['spread']:.0%} | {r.get('ratio_to_base', float('nan')):.2f} | {r.get('base', '—')} | "
+                     f"{r['first_call_s']:.1f} | {r['call_peak_mib']:.0f} | {diff} |")
+    return "\n".join(lines)
+
+
+def verdict(rows: list[dict]) -> list[str]:
+    """The bar, read off the rows: the best fp32 vitlab runtime against timm eager and optimum at batch 32."""
+    lines = []
+    for name in sorted({r["model"] for r in rows if r["model"].startswith("vit_")}):
+        for batch in sorted({r["batch"] for r in rows if r["model"] == name}):
+            here = [r for r in rows if r["model"] == name and r["batch"] == batch and "images_per_s" in r]
+            ours = [r for r in here if r["label"].startswith("vitlab") and "bf16" not in r["label"]
+                    and (r["max_abs_diff"] or 0) <= 1e-4]
+            if not ours or not any(r["label"] == "timm eager" for r in here):
+                continue
+            best = max(ours, key=lambda r: r["ratio_to_base"])
+            optimum = next((r for r in here if r["label"] == "optimum onnxruntime"), None)
+            versus = (f", {best['images_per_s'] / optimum['images_per_s']:.2f}× optimum onnxruntime"
+                      if optimum else ", optimum not measured")
+            lines.append(f"- {name} batch {batch}: best fp32 vitlab runtime **{best['label']}** "
+                         f"{best['ratio_to_base']:.2f}× timm eager{versus} (max |Δ| {best['max_abs_diff']:.1e})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="two tiny models, one round, one call")
+    parser.add_argument("--models", nargs="+", help="only these of the default cases")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument("--calls", type=int, default=2, help="timed calls per row per round (default: 2)")
+    parser.add_argument("--optimum-site", type=Path, help="a folder with optimum-onnx and its transformers "
+                        "installed (pip install --target); put ahead of the environment's own packages")
+    parser.add_argument("--tag", default="runtimes", help="name of the result files (default: runtimes)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.optimum_site:  # before anything imports transformers
+        sys.path.insert(0, str(args.optimum_site))
+    import torch
+
+    from benchmarks.harness.host import machine
+    from benchmarks.harness.reporting import write_results
+    from vitlab.engine.speed import tune_process
+    from vitlab.runtime.backends import usable_cores
+
+    tune_process()
+    torch.set_num_threads(usable_cores())
+    optimum = False
+    if args.optimum_site:
+        try:
+            import optimum.onnxruntime
+            optimum = True
+        except ImportError as error:
+            print(f"optimum not importable from {args.optimum_site}: {error}; its rows are left out")
+    cases = QUICK if args.quick else [c for c in DEFAULT if not args.models or c.name in args.models]
+    rounds, calls = (1, 1) if args.quick else (args.rounds, args.calls)
+    rows: list[dict] = []
+    for case in cases:
+        rows += measure(case, rounds, calls, optimum)
+    host = machine()
+    for package in ("onnxruntime", "openvino", "optimum-onnx"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            host[package] = importlib.metadata.version(package)
+    result = {"machine": host, "rounds": rounds, "calls": calls, "rows": rows}
+    markdown = "\n".join([f"# vitlab runtimes on the CPU ({host['cpu']}, {host['threads']} threads)", "",
+                          f"`python benchmarks/runtimes.py{' --quick' if args.quick else ''}`: {rounds} rotated "
+                          f"rounds × {calls} calls; torch {host['torch']}, onnxruntime "
+                          f"{host.get('onnxruntime', '—')}, openvino {host.get('openvino', '—')}, timm "
+                          f"{host.get('timm', '—')}, transformers {host.get('transformers', '—')}; base = timm "
+                          f"eager where it applies, else vitlab torch.", "", table(rows), "", *verdict(rows), ""])
+    write_results(args.out, args.tag, result, markdown)
+    return result
+
+
+if __name__ == "__main__":
+    main()
