@@ -86,7 +86,8 @@ def check_training(root: Path, device: str, steps: int, precisions: list[str]) -
             except Exception as error:  # noqa: BLE001 - one failing family is a row, not the end of the check
                 status = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
             log = out / "metrics.jsonl"
-            losses = [json.loads(line).get("loss") for line in log.read_text().splitlines()] if log.is_file() else []
+            losses = [json.loads(line).get("train_loss") for line in log.read_text().splitlines()] \
+                if log.is_file() else []
             losses = [v for v in losses if isinstance(v, (int, float))]
             finite = bool(losses) and all(v == v and abs(v) != float("inf") for v in losses)
             rows.append({"check": f"train {label}", "precision": precision,
@@ -111,22 +112,24 @@ def check_torchrun(root: Path, device: str) -> dict:
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def check_speed(device: str, batch: int, rounds: int, name: str) -> list[dict]:
+def check_speed(device: str, batch: int, rounds: int, name: str, compile: bool = True) -> list[dict]:
     """vitlab, timm and HF ViT at `batch` in bf16 autocast: inference and training steps, eager and compiled,
     interleaved in rotated rounds; images/s medians and ratios to timm eager."""
     import torch
 
     from benchmarks.harness.workloads import build, image_shape
+    from vitlab.models.registry import get_config
 
     torch.manual_seed(0)
     shape = image_shape(name)
     x = torch.randn(batch, *shape, device=device)
-    y = torch.randint(0, 1000, (batch,), device=device)
+    y = torch.randint(0, get_config(name).num_classes, (batch,), device=device)
     models = {}
     for library in ("vitlab", "timm", "hf"):
         eager = build(library, name).to(device)
         models[library] = eager
-        models[f"{library}+compile"] = torch.compile(eager)
+        if compile:
+            models[f"{library}+compile"] = torch.compile(eager)
     optimizers = {label: torch.optim.AdamW(m.parameters(), lr=1e-4) for label, m in models.items()}
 
     def sync():
@@ -186,7 +189,7 @@ def markdown(rows: list[dict], host: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu to try the code paths")
-    parser.add_argument("--quick", action="store_true", help="2 steps, fp32 only, a tiny speed model")
+    parser.add_argument("--quick", action="store_true", help="2 steps, fp32 only, a tiny speed model, no compile")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for gpu_check.json and .md")
     args = parser.parse_args(argv)
     import torch
@@ -206,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = check_training(root, args.device, 2 if args.quick else 6, precisions)
         rows.append(check_torchrun(root, args.device))
     speed_model = "vit_tiny_patch4_28" if args.quick else "vit_base_patch16_224"
-    rows += check_speed(args.device, 8 if args.quick else 64, 1 if args.quick else 3, speed_model)
+    rows += check_speed(args.device, 8 if args.quick else 64, 1 if args.quick else 3, speed_model,
+                        compile=not args.quick)
     host = machine(args.device)
     host["seconds"] = round(time.perf_counter() - start, 1)
     write_results(args.out, "gpu_check" if not args.quick else "gpu_check_quick", {"machine": host, "rows": rows},

@@ -60,7 +60,7 @@ class Contender:
     reference: bool = False  # compare its output with vitlab torch's (same weights)
 
 
-def contenders(case: Case, model, bf16: bool, optimum: bool) -> list[Contender]:
+def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = True) -> list[Contender]:
     import torch
 
     from vitlab import runtime
@@ -71,9 +71,10 @@ def contenders(case: Case, model, bf16: bool, optimum: bool) -> list[Contender]:
             return lambda x: _first(engine(x))
         return make
 
-    rows = [Contender("vitlab torch", on("torch"), True), Contender("vitlab compile", on("compile"), True),
-            Contender("vitlab onnxruntime", on("onnxruntime"), True),
-            Contender("vitlab openvino", on("openvino"), True)]
+    rows = [Contender("vitlab torch", on("torch"), True)]
+    rows += [Contender("vitlab compile", on("compile"), True)] if compile else []
+    rows += [Contender("vitlab onnxruntime", on("onnxruntime"), True),
+             Contender("vitlab openvino", on("openvino"), True)]
     if bf16:
         rows += [Contender("vitlab torch bf16", on("torch", "bf16"), True),
                  Contender("vitlab openvino bf16", on("openvino", "bf16"), True)]
@@ -124,9 +125,9 @@ def contenders(case: Case, model, bf16: bool, optimum: bool) -> list[Contender]:
                                                            provider="CPUExecutionProvider")
         return lambda x: m(pixel_values=x).logits
 
-    rows = [Contender("timm eager", timm_eager, True), Contender("timm compile", timm_compiled, True),
-            Contender("hf eager", hf_eager)] + ([Contender("optimum onnxruntime", optimum_ort)] if optimum else []) \
-        + rows
+    rows = [Contender("timm eager", timm_eager, True)] \
+        + ([Contender("timm compile", timm_compiled, True)] if compile else []) + [Contender("hf eager", hf_eager)] \
+        + ([Contender("optimum onnxruntime", optimum_ort)] if optimum else []) + rows
     if bf16:
         rows.append(Contender("timm bf16 autocast", timm_bf16, True))
     return rows
@@ -136,7 +137,7 @@ def _first(out: Any) -> Any:
     return out if hasattr(out, "shape") else out.logits
 
 
-def measure(case: Case, rounds: int, calls: int, optimum: bool, progress=print) -> list[dict]:
+def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = True, progress=print) -> list[dict]:
     import torch
 
     from benchmarks.harness.costs import peak_rss_mib, peak_rss_reset, rss_mib
@@ -147,7 +148,7 @@ def measure(case: Case, rounds: int, calls: int, optimum: bool, progress=print) 
     model = create_model(case.name).eval()
     shape = case.shape or (model.config.in_chans, *model.patch_embed.img_size)
     x = torch.rand(case.batch, *shape) if case.name.startswith("ipt") else torch.randn(case.batch, *shape)
-    entries = contenders(case, model, bf16_supported("cpu"), optimum)
+    entries = contenders(case, model, bf16_supported("cpu"), optimum, compile)
     fns, rows = {}, {}
     with torch.inference_mode():
         expected = _first(model(x))
@@ -235,7 +236,8 @@ def verdict(rows: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="two tiny models, one round, one call")
+    parser.add_argument("--quick", action="store_true", help="two tiny models, one round, one call, no compile")
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile rows")
     parser.add_argument("--models", nargs="+", help="only these of the default cases")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
     parser.add_argument("--calls", type=int, default=2, help="timed calls per row per round (default: 2)")
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> dict:
     rounds, calls = (1, 1) if args.quick else (args.rounds, args.calls)
     rows: list[dict] = []
     for case in cases:
-        rows += measure(case, rounds, calls, optimum)
+        rows += measure(case, rounds, calls, optimum, args.compile and not args.quick)
     host = machine()
     for package in ("onnxruntime", "openvino", "optimum-onnx"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
