@@ -15,7 +15,7 @@ optimum-onnx pins transformers < 4.58, which diffusers (a test dependency) refus
 the benchmark at it, which then imports that transformers for the Hugging Face rows too:
 
     pip install --no-deps --target /tmp/optimum-site optimum-onnx==0.1.0 optimum==2.1.0 transformers==4.57.6 \
-        huggingface-hub==0.36.2 tokenizers
+        huggingface-hub==0.36.2 tokenizers==0.22.1
 
 Writes benchmarks/results/<tag>.json and .md (default tag: runtimes). One benchmark at a time on a shared machine.
 """
@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.optimum_site:  # before anything imports transformers
         sys.path.insert(0, str(args.optimum_site))
+        # optimum imports diffusers where it is installed, and the environment's diffusers wants a newer
+        # huggingface_hub than optimum's transformers allows: keep it out (no diffusion model is measured here)
+        sys.modules["diffusers"] = None
     import torch
 
     from benchmarks.harness.host import machine
