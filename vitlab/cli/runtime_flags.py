@@ -27,9 +27,9 @@ def on_runtime(model: nn.Module, args: argparse.Namespace, run_dir: str | Path, 
     if args.runtime == "torch" and args.precision == "fp32" and args.threads is None:
         return model
     from ..runtime import runtime_model
+    from ..runtime.export import run_cache
 
-    stamp = int((Path(run_dir) / f"{weights}.safetensors").stat().st_mtime)
-    runtime = runtime_model(model, args.runtime, args.precision, args.threads or threads,
-                            cache_dir=Path(run_dir) / "runtime", cache_name=f"{weights}-{stamp}")
+    cache_dir, cache_name = run_cache(run_dir, weights)
+    runtime = runtime_model(model, args.runtime, args.precision, args.threads or threads, cache_dir, cache_name)
     print(f"runtime: {runtime.describe()}", file=sys.stderr)
     return runtime.as_model()

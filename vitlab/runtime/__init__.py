@@ -37,7 +37,7 @@ from .backends import (
     as_tensor,
     cpu_settings,
 )
-from .export import FORMATS, export_graph, export_model, read_metadata, require
+from .export import FORMATS, export_graph, export_model, exported_program, read_metadata, require, run_cache
 from .graphs import ExportError, Graph, check_backend, graph_for, kind_of, pack
 
 __all__ = ["BACKENDS", "FORMATS", "PRECISIONS", "ExportError", "Runtime", "export_model", "load", "runtime_model"]
@@ -124,9 +124,7 @@ class Runtime:
             return TorchBackend(graph.module, self.settings, self.precision, compile=self.backend == "compile")
         if self.backend == "openvino":
             ov = require("openvino", "the openvino backend")
-            from .export import _exported
-
-            return OpenVinoBackend(ov.convert_model(_exported(graph)), self.settings, self.precision)
+            return OpenVinoBackend(ov.convert_model(exported_program(graph)), self.settings, self.precision)
         path = self._cache_path(key)
         if path.is_file():  # exported by an earlier process: its record says which axes stayed free
             graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
@@ -227,11 +225,9 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     if path.is_dir():
         from ..engine.run import RunDir
 
-        run = RunDir(path)
-        model = run.load_model(weights)
-        stamp = int(run.weights_file(weights).stat().st_mtime)  # a new checkpoint gets new graphs
-        return runtime_model(model, backend or "torch", precision, threads, cache_dir=path / "runtime",
-                             cache_name=f"{weights}-{stamp}")
+        model = RunDir(path).load_model(weights)
+        cache_dir, cache_name = run_cache(path, weights)
+        return runtime_model(model, backend or "torch", precision, threads, cache_dir, cache_name)
     if path.suffix == ".safetensors":
         from ..interop import load_model
 

@@ -61,10 +61,16 @@ def export_graph(graph: Graph, path: str | os.PathLike, fmt: str = "onnx", optim
     elif fmt == "openvino":
         _write_openvino(graph, path)
     else:
-        program = _exported(graph)
+        program = exported_program(graph)
         _replace(path, lambda tmp: torch.export.save(program, str(tmp),
                                                      extra_files={"vitlab.json": json.dumps(metadata(graph))}))
     return path
+
+
+def run_cache(run_dir: str | os.PathLike, weights: str) -> tuple[Path, str]:
+    """Where a run's runtime graphs are kept, and their name prefix: a new checkpoint gets new graphs."""
+    stamp = int((Path(run_dir) / f"{weights}.safetensors").stat().st_mtime)
+    return Path(run_dir) / "runtime", f"{weights}-{stamp}"
 
 
 def export_model(model: nn.Module, path: str | os.PathLike, fmt: str = "onnx", task: int | str | None = None,
@@ -86,7 +92,7 @@ def _replace(path: Path, write) -> None:
             os.remove(tmp)
 
 
-def _exported(graph: Graph) -> torch.export.ExportedProgram:
+def exported_program(graph: Graph) -> torch.export.ExportedProgram:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -101,7 +107,7 @@ def _exported(graph: Graph) -> torch.export.ExportedProgram:
 def _write_onnx(graph: Graph, path: Path, optimize: bool) -> None:
     require("onnxscript", "ONNX export")
     onnx = require("onnx", "ONNX export")
-    program = _exported(graph)
+    program = exported_program(graph)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         onnx_program = torch.onnx.export(program, graph.example, input_names=list(graph.input_names),
@@ -135,7 +141,7 @@ def _write_openvino(graph: Graph, path: Path) -> None:
     ov = require("openvino", "OpenVINO export")
     if path.suffix != ".xml":
         raise ValueError(f"an OpenVINO model is an .xml file (with its .bin beside it), got {path}")
-    program = _exported(graph)
+    program = exported_program(graph)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = ov.convert_model(program)
