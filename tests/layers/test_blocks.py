@@ -44,6 +44,25 @@ def test_encoder_block_matches_timm_block():
     torch.testing.assert_close(ours(x), theirs.eval()(x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("keep", [1, 2])
+def test_forward_first_is_the_full_block_cut_to_its_first_rows(keep):
+    """Only the kept tokens ask queries, but every token gives keys and values: the rows equal the full block's."""
+    torch.manual_seed(0)
+    block = EncoderBlock(32, 4, init_values=0.5).eval()
+    x = torch.randn(2, 9, 32)
+    torch.testing.assert_close(block.forward_first(x, keep), block(x)[:, :keep], atol=1e-6, rtol=1e-5)
+    # training: the gradients through the kept rows are the full block's too
+    block.train()
+    x.requires_grad_(True)
+    (block.forward_first(x, keep) ** 2).sum().backward()
+    lean = [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+    x.grad = None
+    block.zero_grad()
+    (block(x)[:, :keep] ** 2).sum().backward()
+    for a, b in zip(lean, [x.grad] + [p.grad for p in block.parameters()]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_post_norm_block_matches_torch_transformer_encoder_layer():
     torch.manual_seed(0)
     ours = PostNormEncoderBlock(32, 4, mlp_ratio=2.0).eval()

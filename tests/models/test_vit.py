@@ -82,6 +82,34 @@ def test_fused_and_explicit_model_agree():
     torch.testing.assert_close(model(images), fused, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["vit_tiny_patch4_28", "deit_mini_distilled_patch7_28"])
+def test_forward_computes_only_the_class_tokens_rows_of_the_last_block(name):
+    """forward reads the pooled tokens only, so its last block makes their rows alone: the same logits as the head
+    on every token's features, for the work counted by hand less."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model = vitlab.create_model(name, depth=2).eval()
+    for block in model.blocks:
+        block.attn.fused = False  # the explicit path's matmuls are counted (the CPU's fused kernel is not)
+    images = torch.randn(3, 1, 28, 28)
+    with torch.no_grad():
+        full = model.forward_head(model.forward_features(images))
+        torch.testing.assert_close(model(images), full, atol=1e-5, rtol=1e-5)
+        counts = []
+        for run in (lambda: model(images), lambda: model.forward_head(model.forward_features(images))):
+            with FlopCounterMode(display=False) as counter:
+                run()
+            counts.append(counter.get_total_flops())
+    B, D, P = 3, model.config.dim, model.num_prefix_tokens
+    N = P + model.patch_embed.num_patches
+    hidden = model.blocks[-1].mlp.fc1.out_features
+    # the N - P patch rows skip their query, output projection and MLP matmuls, and their attention over N keys
+    rows = 2 * B * (N - P) * (D * D + D * D + 2 * D * hidden)
+    attention = 2 * 2 * B * (N - P) * N * D  # Q·Kᵀ and weights·V
+    assert counts[1] - counts[0] == rows + attention
+
+
 def test_num_classes_zero_gives_pooled_features():
     model = vitlab.create_model("vit_tiny_patch4_28", depth=1, num_classes=0).eval()
     images = torch.randn(2, 1, 28, 28)

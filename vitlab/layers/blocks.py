@@ -123,6 +123,19 @@ class EncoderBlock(nn.Module):
         x = self.add_residual(x, self.mlp(self.norm2(x)), self.mlp, self.ls2, self.drop_path2)
         return x
 
+    def forward_first(self, x: torch.Tensor, keep: int) -> torch.Tensor:
+        """The block's output for the first `keep` tokens alone: x (B, N, D) -> (B, keep, D).
+
+        Every token still gives a key and a value; only the first `keep` ask queries, and only their rows go through
+        the output projection and the MLP. Equal to `forward(x)[:, :keep]` (up to float rounding), for about
+        keep/N of the cost of everything but the key and value projections: what a classifier that reads only its
+        class token needs of its last block.
+        """
+        h = self.norm1(x)
+        attended = self.attn(h[:, :keep], h)  # queries (B, keep, D) attend over keys and values from all N tokens
+        x = self.add_residual(x[:, :keep], attended, self.attn, self.ls1, self.drop_path1)  # (B, keep, D)
+        return self.add_residual(x, self.mlp(self.norm2(x)), self.mlp, self.ls2, self.drop_path2)
+
     def self_attention(self, h: torch.Tensor, attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
                        pos: torch.Tensor | None, return_attn: bool = False):
         """Attention of h (B, N, D) over itself: queries and keys from h + pos, values from h -> (B, N, D)."""

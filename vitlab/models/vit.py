@@ -216,7 +216,19 @@ class VisionTransformer(nn.Module):
         return pooled if pre_logits else self.head(pooled)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(images))
+        """images (B, C, H, W) -> logits (B, num_classes): forward_head(forward_features(images)), computed lean.
+
+        With the class token as the pooled feature, eq. 4 reads only the prefix tokens of z_L: the patch tokens'
+        rows of the last block are never read, so that block produces the prefix rows alone (its keys and values
+        still come from every token). Same logits up to float rounding; about 1/depth less work for ViT-B.
+        """
+        if self.global_pool != "token" or not self.blocks:
+            return self.forward_head(self.forward_features(images))
+        x = self.embed(images)
+        for block in self.blocks[:-1]:
+            x = block(x)
+        x = self.blocks[-1].forward_first(x, self.num_prefix_tokens)  # (B, P, D): the class (and distillation) token
+        return self.forward_head(self.norm(x))
 
     # ---- feature extraction --------------------------------------------------------------------------------
     def get_intermediate_layers(
