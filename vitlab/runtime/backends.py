@@ -104,8 +104,8 @@ def free_batch(x: torch.Tensor) -> None:
     """Let torch.compile keep x's batch axis free (from batch 2 on; a batch of 1 is compiled as such).
 
     One compiled graph then serves every batch size, and inductor, which packs a linear layer's fp32 weight for
-    MKL only when it knows the row count, hands the linear layers to oneDNN instead: 1.2-1.9x MKL's speed on the
-    2-core AMD EPYC measured (`benchmarks/runtimes.py`; ViT-B/16's shapes at batch 32).
+    MKL only when it knows the row count, hands the linear layers to oneDNN instead: 1.1-1.6x MKL's speed on ViT
+    layers at batch 32 on a 2-core AMD EPYC (`benchmarks/linear_kernels.py`).
     """
     if x.ndim and x.shape[0] > 1:
         torch._dynamo.maybe_mark_dynamic(x, 0)
