@@ -1,7 +1,7 @@
 """vitlab on its inference runtimes against what a user would otherwise run on the CPU: timm eager and under
 torch.compile, Hugging Face ViTForImageClassification eager, and Hugging Face optimum's ONNX Runtime path.
 
-    python benchmarks/runtimes.py                          # the default set below (~35 min on 2 cores)
+    python benchmarks/runtimes.py                          # the default set below (~40 min on 2 cores)
     python benchmarks/runtimes.py --quick                  # a smoke run: two tiny models, one round
     python benchmarks/runtimes.py --optimum-site DIR       # also optimum-onnx, installed apart (see below)
 
@@ -137,7 +137,9 @@ def _first(out: Any) -> Any:
     return out if hasattr(out, "shape") else out.logits
 
 
-def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = True, progress=print) -> list[dict]:
+def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = True, progress=print,
+            target_s: float = 2.0) -> list[dict]:
+    """`calls` timed calls per row per round; 0: as many as fill `target_s` (1 to 20, from a warm call)."""
     import torch
 
     from benchmarks.harness.costs import peak_rss_mib, peak_rss_reset, rss_mib
@@ -162,7 +164,13 @@ def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = 
         except Exception as error:  # noqa: BLE001 - a contender that cannot run is a row that says why
             rows[c.label] = {"label": c.label, "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
             continue
-        rows[c.label] = {"label": c.label, "first_call_s": time.perf_counter() - start, "samples": [],
+        first = time.perf_counter() - start
+        with torch.inference_mode():
+            start = time.perf_counter()
+            fn(x)
+            warm = time.perf_counter() - start
+        rows[c.label] = {"label": c.label, "first_call_s": first, "samples": [],
+                         "calls": calls or min(max(round(target_s / warm), 1), 20),
                          "max_abs_diff": float((torch.as_tensor(out).float() - expected).abs().max())
                          if c.reference else None}
         fns[c.label] = fn
@@ -175,7 +183,7 @@ def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = 
             peak_rss_reset()
             times = []
             with torch.inference_mode():
-                for _ in range(calls):
+                for _ in range(rows[label]["calls"]):
                     start = time.perf_counter()
                     fns[label](x)
                     times.append(time.perf_counter() - start)
@@ -239,8 +247,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="two tiny models, one round, one call, no compile")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile rows")
     parser.add_argument("--models", nargs="+", help="only these of the default cases")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
-    parser.add_argument("--calls", type=int, default=2, help="timed calls per row per round (default: 2)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
+    parser.add_argument("--calls", type=int, default=0, help="timed calls per row per round (default 0: enough "
+                        "for about 2 s, 1 to 20)")
     parser.add_argument("--optimum-site", type=Path, help="a folder with optimum-onnx and its transformers "
                         "installed (pip install --target); put ahead of the environment's own packages")
     parser.add_argument("--tag", default="runtimes", help="name of the result files (default: runtimes)")
@@ -279,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"machine": host, "rounds": rounds, "calls": calls, "rows": rows}
     markdown = "\n".join([f"# vitlab runtimes on the CPU ({host['cpu']}, {host['threads']} threads)", "",
                           f"`python benchmarks/runtimes.py{' --quick' if args.quick else ''}`: {rounds} rotated "
-                          f"rounds × {calls} calls; torch {host['torch']}, onnxruntime "
+                          f"rounds × {calls or '≈2 s of'} calls; torch {host['torch']}, onnxruntime "
                           f"{host.get('onnxruntime', '—')}, openvino {host.get('openvino', '—')}, timm "
                           f"{host.get('timm', '—')}, transformers {host.get('transformers', '—')}; base = timm "
                           f"eager where it applies, else vitlab torch.", "", table(rows), "", *verdict(rows), ""])
