@@ -122,3 +122,19 @@ def test_a_loop_model_is_refused_with_the_reason():
     for model in (vitlab.create_model("gpt_prior_small"), Seq2SeqConfig(vocab_size=12).build()):
         with pytest.raises(ExportError, match="loop"):
             runtime.load(model, backend="onnxruntime")
+
+
+@pytest.mark.slow
+def test_compile_serves_every_batch_from_one_graph_and_leaves_the_callers_tensors_unmarked():
+    """The batch axis is kept free on an alias of each input: batches 3 and 5 share one compiled graph (whose linear
+    layers inductor then gives to oneDNN), and the caller's tensor is not marked for its other compiled models."""
+    from torch._dynamo.utils import counters
+
+    model, _ = build("vit")
+    engine = runtime.load(model, backend="compile")
+    before = counters["stats"]["unique_graphs"]
+    for batch in (3, 5):
+        x = torch.randn(batch, 1, 28, 28)
+        assert_same(engine.named(x), reference("vit", model, (x,)))
+        assert not hasattr(x, "_dynamo_weak_dynamic_indices")
+    assert counters["stats"]["unique_graphs"] - before == 1

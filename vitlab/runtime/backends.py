@@ -89,8 +89,7 @@ class TorchBackend:
         autocast = torch.autocast("cpu", torch.bfloat16) if self.precision == "bf16" else nullcontext()
         tensors = [as_tensor(x) for x in inputs]
         if self.compiled:
-            for t in tensors:
-                free_batch(t)
+            tensors = [free_batch(t) for t in tensors]
         with torch.inference_mode(), autocast:
             outputs = self.module(*tensors)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else outputs
@@ -100,15 +99,19 @@ class TorchBackend:
         return f"torch {torch.__version__}"
 
 
-def free_batch(x: torch.Tensor) -> None:
-    """Let torch.compile keep x's batch axis free (from batch 2 on; a batch of 1 is compiled as such).
+def free_batch(x: torch.Tensor) -> torch.Tensor:
+    """x as a new tensor object (the same memory) whose batch axis torch.compile keeps free, from batch 2 on (a batch
+    of 1 is compiled as such). The mark stays on the alias: the caller's tensor would carry it into other compiled
+    models.
 
     One compiled graph then serves every batch size, and inductor, which packs a linear layer's fp32 weight for
     MKL only when it knows the row count, hands the linear layers to oneDNN instead: 1.1-1.6x MKL's speed on ViT
     layers at batch 32 on a 2-core AMD EPYC (`benchmarks/linear_kernels.py`).
     """
     if x.ndim and x.shape[0] > 1:
+        x = x.view(x.shape)
         torch._dynamo.maybe_mark_dynamic(x, 0)
+    return x
 
 
 class OnnxRuntimeBackend:
