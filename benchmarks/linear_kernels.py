@@ -4,10 +4,12 @@ linear layers.
     python benchmarks/linear_kernels.py             # ViT-S/16 and ViT-B/16 layers at batch 32 (~1 min on 2 cores)
     python benchmarks/linear_kernels.py --quick     # one small layer, one round
 
-`torch.nn.functional.linear` runs fp32 on MKL (what timm and eager PyTorch use). Inductor, compiling with frozen
-weights, packs each linear weight once: for MKL when it knows the row count (a fixed batch), for oneDNN when the
-batch is free (`torch.ops.mkldnn._linear_pointwise`). Both are timed here on the same tensors, interleaved in
-rotated rounds; a row's GFLOP/s is the median over rounds, and `oneDNN / MKL` the median per-round ratio.
+`torch.nn.functional.linear` runs fp32 on MKL (what timm and eager PyTorch use: "MKL"). Inductor, compiling with
+frozen weights, packs each linear weight once: for MKL when it knows the row count, a fixed batch
+(`torch.ops.mkl._mkl_linear`: "packed MKL"), for oneDNN when the batch is free
+(`torch.ops.mkldnn._linear_pointwise`: "oneDNN"). The three are timed here on the same tensors, interleaved in
+rotated rounds; a row's GFLOP/s is the median over rounds, and `oneDNN / MKL`, `oneDNN / packed MKL` the median
+per-round ratios.
 
 Writes benchmarks/results/<tag>.json and .md (default tag: linear_kernels). One benchmark at a time.
 """
@@ -32,23 +34,34 @@ LAYERS = [(model, layer, 197, d_in, d_out)
 QUICK = [("tiny", "fc1", 50, 64, 256)]
 
 
-def measure(batch: int, layers: list[tuple], rounds: int, calls: int) -> list[dict]:
+def linear_kernels(x, weight, bias) -> dict:
+    """The three ways torch runs x (rows, in) @ weightᵀ + bias in fp32, each a call without arguments."""
     import torch
     import torch.nn.functional as F
+
+    rows = x.shape[0]
+    mkl_packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+    onednn_packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+    return {"MKL": lambda: F.linear(x, weight, bias),
+            "packed MKL": lambda: torch.ops.mkl._mkl_linear(x, mkl_packed, weight, bias, rows),
+            "oneDNN": lambda: torch.ops.mkldnn._linear_pointwise(x, onednn_packed, bias, "none", [], "")}
+
+
+def measure(batch: int, layers: list[tuple], rounds: int, calls: int) -> list[dict]:
+    import torch
 
     rows = []
     for model, layer, tokens, d_in, d_out in layers:
         torch.manual_seed(0)
         x = torch.randn(batch * tokens, d_in)  # (B·N, D_in): a linear layer sees the tokens as rows
         weight, bias = torch.randn(d_out, d_in) / d_in ** 0.5, torch.randn(d_out)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, x.shape[0])
-        kernels = {"MKL": lambda: F.linear(x, weight, bias),
-                   "oneDNN": lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")}
-        difference = float((kernels["MKL"]() - kernels["oneDNN"]()).abs().max())
+        kernels = linear_kernels(x, weight, bias)
+        reference = kernels["MKL"]()
+        difference = max(float((kernels[name]() - reference).abs().max()) for name in ("packed MKL", "oneDNN"))
         samples: dict[str, list[float]] = {name: [] for name in kernels}
         names = list(kernels)
         for r in range(rounds):
-            for name in names[r % 2:] + names[:r % 2]:
+            for name in names[r % len(names):] + names[:r % len(names)]:
                 kernels[name]()  # warm the caches for this kernel
                 start = time.perf_counter()
                 for _ in range(calls):
@@ -57,17 +70,22 @@ def measure(batch: int, layers: list[tuple], rounds: int, calls: int) -> list[di
         gflop = 2 * x.shape[0] * d_in * d_out / 1e9
         rows.append({"model": model, "layer": layer, "rows": x.shape[0], "in": d_in, "out": d_out,
                      "mkl_gflops": gflop / statistics.median(samples["MKL"]),
+                     "packed_mkl_gflops": gflop / statistics.median(samples["packed MKL"]),
                      "onednn_gflops": gflop / statistics.median(samples["oneDNN"]),
                      "onednn_over_mkl": statistics.median(m / o for m, o in zip(samples["MKL"], samples["oneDNN"])),
+                     "onednn_over_packed_mkl": statistics.median(
+                         m / o for m, o in zip(samples["packed MKL"], samples["oneDNN"])),
                      "max_abs_diff": difference})
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | layer | rows × in → out | MKL GFLOP/s | oneDNN GFLOP/s | oneDNN / MKL | max \\|Δ\\| |",
-             "|---|---|---|---:|---:|---:|---:|"]
+    lines = ["| model | layer | rows × in → out | MKL GFLOP/s | packed MKL GFLOP/s | oneDNN GFLOP/s | oneDNN / MKL "
+             "| oneDNN / packed MKL | max \\|Δ\\| |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['layer']} | {r['rows']} × {r['in']} → {r['out']} | {r['mkl_gflops']:.0f} | "
-              f"{r['onednn_gflops']:.0f} | {r['onednn_over_mkl']:.2f} | {r['max_abs_diff']:.1e} |" for r in rows]
+              f"{r['packed_mkl_gflops']:.0f} | {r['onednn_gflops']:.0f} | {r['onednn_over_mkl']:.2f} | "
+              f"{r['onednn_over_packed_mkl']:.2f} | {r['max_abs_diff']:.1e} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -93,7 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
     rows = measure(args.batch, QUICK if args.quick else LAYERS, rounds, calls)
     host = machine()
     result = {"machine": host, "batch": args.batch, "rounds": rounds, "calls": calls, "rows": rows}
-    markdown = "\n".join([f"# fp32 linear layers: MKL against oneDNN ({host['cpu']}, {host['threads']} threads)", "",
+    title = f"# fp32 linear layers: MKL, packed MKL and oneDNN ({host['cpu']}, {host['threads']} threads)"
+    markdown = "\n".join([title, "",
                           f"`python benchmarks/linear_kernels.py{' --quick' if args.quick else ''}`: batch "
                           f"{args.batch}, {rounds} rotated rounds × {calls} calls; torch {host['torch']}.", "",
                           table(rows), ""])

@@ -110,6 +110,43 @@ def test_forward_computes_only_the_class_tokens_rows_of_the_last_block(name):
     assert counts[1] - counts[0] == rows + attention
 
 
+@pytest.mark.parametrize("where", ["last block", "last block's mlp", "final norm"])
+def test_a_forward_hook_sees_every_token_because_the_full_path_runs(where):
+    """A hook that captures features (as feature extractors and attention viewers do) must see (B, P + N, D)."""
+    torch.manual_seed(0)
+    model = vitlab.create_model("vit_tiny_patch4_28", depth=2).eval()
+    images = torch.randn(3, 1, 28, 28)
+    with torch.no_grad():
+        expected = model.forward_head(model.forward_features(images))
+    seen = []
+
+    target = {"last block": model.blocks[-1], "last block's mlp": model.blocks[-1].mlp, "final norm": model.norm}[where]
+    handle = target.register_forward_hook(lambda module, args, output: seen.append(output.shape))
+    try:
+        with torch.no_grad():
+            logits = model(images)
+    finally:
+        handle.remove()
+    assert seen == [(3, 1 + 49, 192)]
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_distilled_training_outputs_through_the_lean_path_equal_the_full_path():
+    torch.manual_seed(0)
+    model = vitlab.create_model("deit_mini_distilled_patch7_28", depth=2, drop_rate=0.0).train()
+    images = torch.randn(3, 1, 28, 28)
+    lean = model(images)
+    full = model.forward_head(model.forward_features(images))
+    torch.testing.assert_close(lean.logits, full.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lean.dist_logits, full.dist_logits, atol=1e-5, rtol=1e-5)
+    (lean.logits.sum() + 2 * lean.dist_logits.sum()).backward()
+    lean_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    (full.logits.sum() + 2 * full.dist_logits.sum()).backward()
+    for a, b in zip(lean_grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_num_classes_zero_gives_pooled_features():
     model = vitlab.create_model("vit_tiny_patch4_28", depth=1, num_classes=0).eval()
     images = torch.randn(2, 1, 28, 28)

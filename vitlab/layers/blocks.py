@@ -129,7 +129,7 @@ class EncoderBlock(nn.Module):
         Every token still gives a key and a value; only the first `keep` ask queries, and only their rows go through
         the output projection and the MLP. Equal to `forward(x)[:, :keep]` (up to float rounding), for about
         keep/N of the cost of everything but the key and value projections: what a classifier that reads only its
-        class token needs of its last block.
+        class token needs of its last block. Self-attention without masks, positions or a cache, as a ViT's.
         """
         h = self.norm1(x)
         attended = self.attn(h[:, :keep], h)  # queries (B, keep, D) attend over keys and values from all N tokens

@@ -35,7 +35,13 @@ def may_overwrite(t: torch.Tensor, *producers: nn.Module) -> bool:
         return False
     if t.requires_grad or t.numel() < IN_PLACE_MIN_ELEMENTS or _global_forward_hooks:
         return False
-    return not any(m._forward_hooks for producer in producers for m in producer.modules())
+    return not hooked(*producers)
+
+
+def hooked(*modules: nn.Module) -> bool:
+    """Whether a forward hook or pre-hook registered on any of these modules or their children may see what they
+    take or produce (global hooks, as FlopCounterMode's module tracker registers, are not looked at)."""
+    return any(m._forward_hooks or m._forward_pre_hooks for module in modules for m in module.modules())
 
 
 def activate_in_place(act: nn.Module, h: torch.Tensor) -> torch.Tensor:

@@ -85,7 +85,7 @@ class DistilledVisionTransformer(VisionTransformer):
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor | DistilledOutput:
         """tokens (B, 2 + N, D) -> DistilledOutput (two (B, K)) in training, their mean (B, K) otherwise;
-        pre_logits: the two tokens' features averaged (B, D)."""
+        pre_logits: the two tokens' features averaged (B, D). Only x[:, :2] is read: (B, 2, D) will do."""
         cls_features, dist_features = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
         if pre_logits:
             return (cls_features + dist_features) / 2
