@@ -105,8 +105,9 @@ def free_batch(x: torch.Tensor) -> torch.Tensor:
     models.
 
     One compiled graph then serves every batch size, and inductor, which packs a linear layer's fp32 weight for
-    MKL only when it knows the row count, hands the linear layers to oneDNN instead: faster than both eager and
-    packed MKL on ViT layers at batch 32 on a 2-core AMD EPYC (`benchmarks/linear_kernels.py`). Other axes follow
+    MKL only when it knows the row count, hands the linear layers to oneDNN instead: 1.1-1.6x eager MKL on ViT
+    layers at batch 32 on a 2-core AMD EPYC with AVX-512, within ±13 % of eager and packed MKL on one with AVX2
+    only (`benchmarks/linear_kernels.py`). Other axes follow
     torch.compile's automatic dynamic shapes: a second image size recompiles once, with the size left free.
     """
     if x.ndim and x.shape[0] > 1:
