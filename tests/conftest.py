@@ -1,8 +1,23 @@
-"""Fixtures shared by several test folders: small runs of every image task, trained once per session."""
+"""Fixtures shared by several test folders (small runs of every image task, trained once per test run), and the
+rules of a run on two pytest-xdist workers (`pytest -n 2`, as scripts/test.sh runs it):
 
+- each worker is pinned to a core of its own and runs torch on one thread, so that the two never oversubscribe the
+  machine, whatever a test starts (onnxruntime, OpenVINO, inductor's compile workers, a subprocess);
+- a test marked `whole_machine` (torchrun's processes, the server's load test, the browser) runs alone on every
+  core: it waits for the other worker's test to end and holds the other worker back until it is done;
+- the trained runs are made by whichever worker needs them first, under a file lock, and read by both;
+- with `CI` set, a test that would skip (missing data, a missing browser, a missing reference library) fails
+  instead, naming what is missing: a green CI run means every test ran.
+"""
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from vitlab.cli.main import main
@@ -10,15 +25,149 @@ from vitlab.cli.main import main
 from .engine.conftest import MINI
 
 DATA = ["--data-dir", str(MINI), "--allow-partial-data"]
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under xdist; None in a plain run
+ALL_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
+# skips that say something about the machine, not about a missing install: allowed in CI too
+HARDWARE_SKIPS = ("this CPU", "this machine has a GPU", "Linux only")
+
+
+def worker_cores() -> frozenset[int]:
+    """The core this worker owns: gw0 the first usable core, gw1 the second, ... (all of them outside xdist)."""
+    if WORKER is None or len(ALL_CORES) < 2:
+        return ALL_CORES
+    return frozenset([sorted(ALL_CORES)[int(WORKER.removeprefix("gw")) % len(ALL_CORES)]])
+
+
+def use_cores(cores: frozenset[int]) -> None:
+    if cores:
+        os.sched_setaffinity(0, cores)
+        torch.set_num_threads(len(cores))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "whole_machine: runs alone on every core (the other xdist worker waits)")
+    use_cores(worker_cores())
+
+
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every worker of this test run sees (the run's own temporary root)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if WORKER is not None else base
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, mode: int) -> Iterator[None]:
+    with open(path, "a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_ALONE: dict[str, contextlib.ExitStack] = {}  # the machine lock a run of whole_machine tests holds
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Every test holds the machine lock shared; a whole_machine test holds it alone. The turnstile makes a waiting
+    whole_machine test go next, rather than wait for a gap between the other worker's tests that may never come."""
+    if WORKER is None:
+        return (yield)
+    root = shared_dir(item.config._tmp_path_factory)  # the fixture's object: no fixture runs yet
+    turnstile, machine = root / "turnstile.lock", root / "machine.lock"
+    alone = item.get_closest_marker("whole_machine") is not None
+    if not _ALONE.get("held"):
+        with file_lock(turnstile, fcntl.LOCK_EX):
+            held = contextlib.ExitStack()
+            held.enter_context(file_lock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH))
+        if alone:
+            use_cores(ALL_CORES)
+            _ALONE["held"] = held
+    try:
+        return (yield)
+    finally:
+        # consecutive whole_machine tests keep the machine: the other worker would slip a test in between
+        if alone and nextitem is not None and nextitem.get_closest_marker("whole_machine") is not None:
+            pass
+        else:
+            if alone:
+                use_cores(worker_cores())
+            (_ALONE.pop("held", None) or held).close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.skipped and os.environ.get("CI") and not hasattr(report, "wasxfail"):
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if not any(ok in reason for ok in HARDWARE_SKIPS):
+            report.outcome = "failed"
+            report.longrepr = f"skipped in CI, where every test must run: {reason}"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    if report.skipped and os.environ.get("CI"):  # a whole module skipped: pytest.importorskip at its top
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every test must run: {report.longrepr}"
+    return report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist: a module whose tests share a module-scoped fixture runs on one worker (the fixture is made
+    once), and the work is handed out longest first (slow tests, then the rest, then the whole_machine tests, which
+    the other worker has to wait for and so are best run when nothing long is running)."""
+    if WORKER is None:
+        return
+    def own_rank(item: pytest.Item) -> int:
+        return 2 if item.get_closest_marker("whole_machine") else 0 if item.get_closest_marker("slow") else 1
+
+    unit: dict[int, str] = {}  # item -> its unit of work: its module where the tests share a fixture, else itself
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        shares = any(d.scope in ("module", "class") for defs in item._fixtureinfo.name2fixturedefs.values()
+                     for d in defs)
+        if shares and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(module))
+        unit[id(item)] = module if shares else item.nodeid
+    rank: dict[str, int] = {}
+    for item in items:  # a unit with a whole_machine test goes last, else one with a slow test goes first
+        name, mine = unit[id(item)], own_rank(item)
+        rank[name] = mine if name not in rank else 2 if 2 in (rank[name], mine) else min(rank[name], mine)
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (rank[unit[id(item)]], order[id(item)]))
+
+
+@contextlib.contextmanager
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """(folder, made) for a thing every worker shares: the first worker to get here makes it (made is False: make
+    it now, in the folder), the others wait for it and read it (made is True)."""
+    root = shared_dir(tmp_path_factory) / name
+    with file_lock(root.with_suffix(".lock"), fcntl.LOCK_EX):
+        done = root / ".made"
+        yield root, done.exists()
+        done.parent.mkdir(parents=True, exist_ok=True)
+        done.touch()
 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory) -> dict[str, Path]:
     """Run folders by name: cls, detr, setr, ipt, vqgan, prior (each task's tiny preset, a few steps), and the
     data they came from: scenes (a detection and segmentation set), photos (train/ and test/ photographs)."""
+    names = ("cls", "detr", "setr", "ipt", "vqgan", "prior", "scenes", "photos")
+    with made_once(tmp_path_factory, "trained") as (root, made):
+        if not made:
+            make_trained_runs(root)
+    return {name: root / name for name in names}
+
+
+def make_trained_runs(root: Path) -> None:
     from vitlab.data.photos import skimage_photos
 
-    root = tmp_path_factory.mktemp("served")
     assert main(["train", "--model", "vit_tiny_patch4_28", *DATA, "--epochs", "1", "--batch-size", "32",
                  "--out", str(root / "cls")]) == 0
     assert main(["make-scenes", "--out", str(root / "scenes"), "--train", "16", "--val", "4", "--size", "64",
@@ -40,4 +189,3 @@ def trained(tmp_path_factory) -> dict[str, Path]:
                  "--eval-images", "0", "--out", str(root / "vqgan")]) == 0
     assert main(["train", "--task", "prior", "--vqgan", str(root / "vqgan"), "--epochs", "1", "--batch-size", "16",
                  "--eval-samples", "0", "--out", str(root / "prior")]) == 0
-    return {name: root / name for name in ("cls", "detr", "setr", "ipt", "vqgan", "prior", "scenes", "photos")}

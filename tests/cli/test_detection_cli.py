@@ -93,6 +93,7 @@ def test_user_errors_give_one_line_and_rc_2(scenes, tmp_path, capsys, argv, mess
     assert message in err and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.whole_machine  # two processes, one per core
 @pytest.mark.slow
 def test_torchrun_two_processes_evaluate_the_whole_val_split(scenes, tmp_path, monkeypatch, capsys):
     """Each process detects on its shard; the gathered AP equals the AP of one process on the whole split."""

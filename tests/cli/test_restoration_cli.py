@@ -112,6 +112,7 @@ def test_restore_writes_images_of_any_size(run_dir, tmp_path, capsys):
     assert "sr2, denoise30" in capsys.readouterr().err  # the run's tasks, named
 
 
+@pytest.mark.whole_machine  # two processes, one per core
 @pytest.mark.slow
 def test_torchrun_two_processes_train_different_tasks_in_one_step(photos, tmp_path, monkeypatch, capsys):
     """Batches alternate by task, so in each step one process trains sr2's head and tail and the other

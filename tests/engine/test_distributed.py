@@ -62,6 +62,7 @@ def assert_same_weights(a: Path, b: Path, atol: float) -> None:
         torch.testing.assert_close(y, x, atol=atol, rtol=0, msg=key)
 
 
+@pytest.mark.whole_machine  # two processes, one per core
 @pytest.mark.slow
 def test_two_processes_equal_one_process_on_the_combined_batch(tmp_path):
     two = tmp_path / "two"
@@ -92,6 +93,7 @@ def test_fp16_on_a_cpu_is_a_clear_error(tmp_path):
         one_process(tmp_path / "a", epochs=1, fp16=True, device="cpu")
 
 
+@pytest.mark.whole_machine  # two processes, one per core
 @pytest.mark.slow
 def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
     """SIGKILL both processes (and torchrun) after the first checkpoint; `--resume` under torchrun continues

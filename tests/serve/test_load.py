@@ -12,6 +12,7 @@ if str(ROOT) not in sys.path:
 
 
 @pytest.mark.slow
+@pytest.mark.whole_machine  # 8 clients and the server's 2 workers
 def test_200_requests_from_8_clients_all_answered_correctly(server, served):
     from benchmarks.serve_load import jobs_for, load_test
 
