@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> dict:
         args.budget_min, args.crop = 0.1, 96
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
-        seconds = {key: step_seconds(name, tasks, BATCH) for key, name in (("ipt", args.model), ("cnn", args.cnn))}
+        timed_steps = 2 if args.quick else 8  # a smoke run needs the path, not a precise rate
+        seconds = {key: step_seconds(name, tasks, BATCH, steps=timed_steps)
+                   for key, name in (("ipt", args.model), ("cnn", args.cnn))}
         steps = {key: max(len(tasks), int(args.budget_min * 60 / s) // len(tasks) * len(tasks))
                  for key, s in seconds.items()}
         steps.update({key: int(n) for key, n in (item.split("=") for item in args.steps)})

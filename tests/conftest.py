@@ -25,6 +25,8 @@ from vitlab.cli.main import main
 from .engine.conftest import MINI
 
 DATA = ["--data-dir", str(MINI), "--allow-partial-data"]
+# the tests' runs last seconds: their curves.png is drawn once at the end of each, not at every checkpoint
+os.environ.setdefault("VITLAB_CURVES", "end")
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under xdist; None in a plain run
 ALL_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 # skips that say something about the machine, not about a missing install: allowed in CI too

@@ -135,6 +135,7 @@ def test_setr_scenes_benchmark_scores_every_model(tmp_path):
     assert Image.open(picture).size == (2 * 128, 3 * 128 + 22 * 3 + 8)
 
 
+@pytest.mark.slow  # ViT-L built twice, each in a process of its own
 def test_setr_memory_benchmark_measures_each_attention_path(tmp_path):
     out = tmp_path / "memory.json"
     rows = _load_script("setr_memory").main(["--crop", "32", "--out", str(out)])

@@ -5,6 +5,7 @@ A task supplies its own defaults for them (`Task.loop_defaults()`); the user's v
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -13,6 +14,12 @@ from .options import check, check_choices, option
 
 SCHEDULES = ("cosine", "inverse_sqrt", "poly")
 OPTIMIZERS = ("adamw", "sgd")
+CURVES = ("every", "end")
+CURVES_ENV = "VITLAB_CURVES"  # the default of `curves`, for a whole session of short runs (the test suite sets it)
+
+
+def _curves_default() -> str:
+    return os.environ.get(CURVES_ENV, "every")
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,9 @@ class LoopConfig:
     device: str = option("auto", "auto (CUDA if present), cpu, cuda or cuda:N")
     threads: int | None = option(None, "torch CPU threads", default_text="torch's choice")
     workers: int = option(0, "data-loading processes")
+    curves: str = option(help="when curves.png is drawn: at every checkpoint (a run stopped at any moment has its "
+                         "picture), or once when this run ends (matplotlib costs ~0.3 s a picture: runs of seconds)",
+                         choices=CURVES, default_factory=_curves_default, default_text=f"every, or ${CURVES_ENV}")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -247,7 +247,8 @@ class _Loop:
             if self.ema is not None:
                 state["ema"] = self.ema.state_dict()
             run.save_state(state)
-            run.plot_curves()  # at every checkpoint, so a run stopped early still has its picture
+            if self.config.curves == "every":
+                run.plot_curves()  # at every checkpoint, so a run stopped early still has its picture
             tqdm.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()
                                    if not isinstance(v, dict)}))
         barrier(self.dist)  # no rank runs ahead of a checkpoint it may have to resume from
@@ -311,6 +312,8 @@ class _Loop:
             if self.step >= end:
                 break
         bar.close()
+        if config.curves == "end" and dist.is_main and row:
+            self.run_dir.plot_curves()
         return row
 
     def _end_step(self) -> int:

@@ -28,7 +28,7 @@ from .base import Task
 
 # loop options a resumed run may change; the rest must stay what the run started with
 RESUMABLE = ("epochs", "steps", "max_epochs_this_run", "max_steps_this_run", "device", "threads", "compile",
-             "workers")
+             "workers", "curves")
 
 
 def get_task(name: str) -> type[Task]:
