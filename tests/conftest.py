@@ -3,8 +3,10 @@ rules of a run on two pytest-xdist workers (`pytest -n 2`, as scripts/test.sh ru
 
 - each worker is pinned to a core of its own and runs torch on one thread, so that the two never oversubscribe the
   machine, whatever a test starts (onnxruntime, OpenVINO, inductor's compile workers, a subprocess);
-- a test marked `whole_machine` (torchrun's processes, the server's load test, the browser) runs alone on every
-  core: it waits for the other worker's test to end and holds the other worker back until it is done;
+- the tests marked `whole_machine` (torchrun's two processes, the server's load test, the browser) run one after
+  the other on one worker (one xdist group: never two of them at once), each on every core; none of them runs
+  several threads of one torch process, so sharing a core with the other worker's one thread costs time, not
+  spinning threads;
 - the trained runs are made by whichever worker needs them first, under a file lock, and read by both;
 - with `CI` set, a test that would skip (missing data, a missing browser, a missing reference library) fails
   instead, naming what is missing: a green CI run means every test ran.
@@ -67,35 +69,16 @@ def file_lock(path: Path, mode: int) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-_ALONE: dict[str, contextlib.ExitStack] = {}  # the machine lock a run of whole_machine tests holds
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Every test holds the machine lock shared; a whole_machine test holds it alone. The turnstile makes a waiting
-    whole_machine test go next, rather than wait for a gap between the other worker's tests that may never come."""
-    if WORKER is None:
+    """A whole_machine test runs on every core; the worker goes back to its own core after it."""
+    if WORKER is None or item.get_closest_marker("whole_machine") is None:
         return (yield)
-    root = shared_dir(item.config._tmp_path_factory)  # the fixture's object: no fixture runs yet
-    turnstile, machine = root / "turnstile.lock", root / "machine.lock"
-    alone = item.get_closest_marker("whole_machine") is not None
-    if not _ALONE.get("held"):
-        with file_lock(turnstile, fcntl.LOCK_EX):
-            held = contextlib.ExitStack()
-            held.enter_context(file_lock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH))
-        if alone:
-            use_cores(ALL_CORES)
-            _ALONE["held"] = held
+    use_cores(ALL_CORES)
     try:
         return (yield)
     finally:
-        # consecutive whole_machine tests keep the machine: the other worker would slip a test in between
-        if alone and nextitem is not None and nextitem.get_closest_marker("whole_machine") is not None:
-            pass
-        else:
-            if alone:
-                use_cores(worker_cores())
-            (_ALONE.pop("held", None) or held).close()
+        use_cores(worker_cores())
 
 
 @pytest.hookimpl(wrapper=True)
@@ -120,26 +103,32 @@ def pytest_make_collect_report(collector: pytest.Collector):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist: a module whose tests share a module-scoped fixture runs on one worker (the fixture is made
-    once), and the work is handed out longest first (slow tests, then the rest, then the whole_machine tests, which
-    the other worker has to wait for and so are best run when nothing long is running)."""
+    """Under xdist: the whole_machine tests are one group (one worker runs them in turn), a module whose tests
+    share a module-scoped fixture runs on one worker (the fixture is made once), and the work is handed out longest
+    first (groups and tests with a slow test, then the rest), so that no long test starts last."""
     if WORKER is None:
         return
+
     def own_rank(item: pytest.Item) -> int:
-        return 2 if item.get_closest_marker("whole_machine") else 0 if item.get_closest_marker("slow") else 1
+        return 0 if item.get_closest_marker("slow") or item.get_closest_marker("whole_machine") else 1
 
     unit: dict[int, str] = {}  # item -> its unit of work: its module where the tests share a fixture, else itself
     for item in items:
         module = item.nodeid.split("::")[0]
         shares = any(d.scope in ("module", "class") for defs in item._fixtureinfo.name2fixturedefs.values()
                      for d in defs)
-        if shares and item.get_closest_marker("xdist_group") is None:
+        if item.get_closest_marker("whole_machine") is not None:
+            item.add_marker(pytest.mark.xdist_group("whole_machine"))
+            unit[id(item)] = "whole_machine"
+        elif shares and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(module))
-        unit[id(item)] = module if shares else item.nodeid
+            unit[id(item)] = module
+        else:
+            unit[id(item)] = item.nodeid
     rank: dict[str, int] = {}
-    for item in items:  # a unit with a whole_machine test goes last, else one with a slow test goes first
-        name, mine = unit[id(item)], own_rank(item)
-        rank[name] = mine if name not in rank else 2 if 2 in (rank[name], mine) else min(rank[name], mine)
+    for item in items:  # a unit with a slow test goes first
+        name = unit[id(item)]
+        rank[name] = min(rank.get(name, 1), own_rank(item))
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (rank[unit[id(item)]], order[id(item)]))
 
