@@ -43,14 +43,15 @@ def worker_cores() -> frozenset[int]:
 
 
 def use_cores(cores: frozenset[int]) -> None:
+    """Run this thread, and the threads and processes it starts from now on, on these cores."""
     if cores:
         os.sched_setaffinity(0, cores)
-        torch.set_num_threads(len(cores))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "whole_machine: runs alone on every core (the other xdist worker waits)")
-    use_cores(worker_cores())
+    if WORKER is not None:
+        use_cores(worker_cores())
+        torch.set_num_threads(1)
 
 
 def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -71,7 +72,9 @@ def file_lock(path: Path, mode: int) -> Iterator[None]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """A whole_machine test runs on every core; the worker goes back to its own core after it."""
+    """A whole_machine test's processes run on every core; the worker goes back to its own core after it. Torch's
+    thread count stays 1: a server made earlier in the session would otherwise answer with two thread counts, whose
+    float sums differ in the last bits (seen: the load test's VQGAN pictures)."""
     if WORKER is None or item.get_closest_marker("whole_machine") is None:
         return (yield)
     use_cores(ALL_CORES)
