@@ -17,9 +17,6 @@ from vitlab.cli.main import main
 
 from .conftest import EXAMPLES
 
-pytestmark = pytest.mark.slow
-
-
 def cli_json(capsys, *argv) -> list | dict:
     capsys.readouterr()
     assert main([*map(str, argv), "--json"]) == 0
