@@ -17,6 +17,7 @@ from vitlab.cli.main import main
 
 from .conftest import EXAMPLES
 
+
 def cli_json(capsys, *argv) -> list | dict:
     capsys.readouterr()
     assert main([*map(str, argv), "--json"]) == 0
