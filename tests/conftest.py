@@ -1,8 +1,9 @@
 """Fixtures shared by several test folders (small runs of every image task, trained once per test run), and the
 rules of a run on two pytest-xdist workers (`pytest -n 2`, as scripts/test.sh runs it):
 
-- each worker is pinned to a core of its own and runs torch on one thread, so that the two never oversubscribe the
-  machine, whatever a test starts (onnxruntime, OpenVINO, inductor's compile workers, a subprocess);
+- each worker is pinned to its share of the cores (one core each on a 2-core machine) and runs torch on that many
+  threads, so that the workers never oversubscribe the machine, whatever a test starts (onnxruntime, OpenVINO,
+  inductor's compile workers, a subprocess);
 - the tests marked `whole_machine` (torchrun's two processes, the server's load test, the browser) run one after
   the other on one worker (one xdist group: never two of them at once), each on every core; none of them runs
   several threads of one torch process, so sharing a core with the other worker's one thread costs time, not
@@ -36,10 +37,13 @@ HARDWARE_SKIPS = ("this CPU", "this machine has a GPU", "Linux only")
 
 
 def worker_cores() -> frozenset[int]:
-    """The core this worker owns: gw0 the first usable core, gw1 the second, ... (all of them outside xdist)."""
+    """The cores this worker owns: of N workers, gw<i> takes every N-th usable core from the i-th (all of them
+    outside xdist; a core shared round-robin where there are more workers than cores)."""
     if WORKER is None or len(ALL_CORES) < 2:
         return ALL_CORES
-    return frozenset([sorted(ALL_CORES)[int(WORKER.removeprefix("gw")) % len(ALL_CORES)]])
+    cores, index = sorted(ALL_CORES), int(WORKER.removeprefix("gw"))
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return frozenset(cores[index::count] or [cores[index % len(cores)]])
 
 
 def use_cores(cores: frozenset[int]) -> None:
@@ -51,7 +55,7 @@ def use_cores(cores: frozenset[int]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if WORKER is not None:
         use_cores(worker_cores())
-        torch.set_num_threads(1)
+        torch.set_num_threads(max(1, len(worker_cores())))
 
 
 def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
