@@ -29,7 +29,8 @@ from typing import Any
 
 import torch
 
-from .detr_formats import HF_LAYER, hf_backbone_key
+from .converters import CheckpointFile, Converter, State, register_converter
+from .detr_formats import HF_LAYER, hf_backbone_key, own_config, source_of, unused_stages_dropped
 
 
 def is_deformable_detr_state(state: dict[str, torch.Tensor]) -> bool:
@@ -175,3 +176,17 @@ def deformable_detr_architecture(state: dict[str, torch.Tensor], hf_config: dict
             heads * levels)
     arch["num_heads"] = heads
     return arch
+
+
+def _convert(state: State, hf_config: dict[str, Any] | None) -> State:
+    state = deformable_detr_state(state)
+    return unused_stages_dropped(state, max(deformable_detr_architecture(state)["backbone_stages"]))
+
+
+def _architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
+    return deformable_detr_architecture(state, own_config(file.hf_config, "deformable_detr"))
+
+
+register_converter(Converter("a Deformable DETR state dict (official .pth, Hugging Face DeformableDetr...)",
+                             "deformable_detr", lambda state, hf_config: is_deformable_detr_state(state), _convert,
+                             _architecture, source_of))

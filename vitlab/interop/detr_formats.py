@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from .converters import CheckpointFile, Converter, State, register_converter
+
 HF_LAYER = {"self_attn.out_proj": "self_attn.proj", "self_attn.o_proj": "self_attn.proj",
             "encoder_attn.out_proj": "cross_attn.proj", "encoder_attn.o_proj": "cross_attn.proj",
             "self_attn_layer_norm": "norm1", "fc1": "mlp.fc1", "fc2": "mlp.fc2", "mlp.fc1": "mlp.fc1",
@@ -166,3 +168,31 @@ def detr_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] 
         if hf_config.get("dilation"):
             raise ValueError("this DETR uses a dilated C5 (DETR-DC5), which vitlab's DETR does not build yet")
     return arch
+
+
+def own_config(hf_config: dict[str, Any] | None, model_type: str) -> dict[str, Any] | None:
+    """A config.json beside the weights, if it is a Hugging Face config of this model type."""
+    return hf_config if hf_config and hf_config.get("model_type") == model_type else None
+
+
+def source_of(state: State, hf_config: dict[str, Any] | None = None) -> str:
+    return "huggingface" if any(key.startswith("model.") for key in state) else "official"
+
+
+def _is_detr(state: State, hf_config: dict[str, Any] | None) -> bool:
+    from .deformable_detr_formats import is_deformable_detr_state
+
+    return is_detr_state(state) and not is_deformable_detr_state(state)
+
+
+def _convert(state: State, hf_config: dict[str, Any] | None) -> State:
+    state = detr_state(state)
+    return unused_stages_dropped(state, detr_architecture(state)["backbone_last_stage"])
+
+
+def _architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
+    return detr_architecture(state, own_config(file.hf_config, "detr"))
+
+
+register_converter(Converter("a DETR state dict (official .pth, Hugging Face DetrForObjectDetection)", "detr", _is_detr,
+                             _convert, _architecture, source_of))

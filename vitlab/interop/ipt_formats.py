@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..models.ipt import DEGRADATION_SCALES, PAPER_DEGRADATIONS
+from .converters import Converter, register_converter
 
 LAYER_NAMES = {"self_attn.in_proj_weight": "{attn}.qkv.weight", "self_attn.out_proj.weight": "{attn}.proj.weight",
                "multihead_attn.in_proj_weight": "cross_attn.qkv.weight",
@@ -127,3 +128,9 @@ def ipt_architecture(state: dict[str, torch.Tensor], name: str = "") -> dict[str
             "patch_size": math.isqrt(tokens) * patch_dim, "patch_dim": patch_dim,
             "num_heads": 12 if dim % 12 == 0 else max(1, dim // 64), "num_layers": num_layers,
             "mlp_ratio": hidden / dim, "rgb_range": rgb_range, "in_chans": in_chans}
+
+
+register_converter(Converter("an IPT checkpoint (body.linear_encoding, head.N, tail.N)", "ipt",
+                             lambda state, hf_config: is_ipt_state(state), lambda state, hf_config: ipt_state(state),
+                             lambda state, file: ipt_architecture(state, file.path.name),
+                             lambda state, hf_config: "ipt"))

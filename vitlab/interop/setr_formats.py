@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .converters import Converter, register_converter
+
 
 def is_setr_state(state: dict[str, torch.Tensor]) -> bool:
     return any(k.startswith("decode_head.") for k in state) and any(k.startswith("backbone.") for k in state)
@@ -73,3 +75,8 @@ def setr_architecture(state: dict[str, torch.Tensor]) -> dict[str, Any]:
     else:
         arch["channels"] = state["decode_head.conv_0.weight"].shape[0]
     return arch
+
+
+register_converter(Converter("an mmsegmentation SETR checkpoint (backbone.*, decode_head.*)", "setr",
+                             lambda state, hf_config: is_setr_state(state), lambda state, hf_config: setr_state(state),
+                             lambda state, file: setr_architecture(state), lambda state, hf_config: "setr"))

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .converters import CheckpointFile, Converter, State, register_converter
+
 TAMING_ATTENTION = {"q": 0, "k": 1, "v": 2}
 DIFFUSERS_ATTENTION = {"to_q": 0, "to_k": 1, "to_v": 2, "query": 0, "key": 1, "value": 2}
 
@@ -131,3 +133,22 @@ def vqgan_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any]
         "disc_layers": len(discriminator) - 2 if discriminator else 0,
         "disc_channels": state["discriminator.main.0.weight"].shape[0] if discriminator else 64,
     }
+
+
+def _own_config(hf_config: dict[str, Any] | None) -> dict[str, Any] | None:
+    return hf_config if hf_config and hf_config.get("_class_name") == "VQModel" else None
+
+
+def _architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
+    return vqgan_architecture(state, _own_config(file.hf_config))
+
+
+# what the tensors say; the training size, GroupNorm groups and β's placement are the file's guesses (taming's
+# defaults), which a named model's own values replace
+DECIDES = ("in_chans", "out_chans", "ch", "ch_mult", "num_res_blocks", "mid_attention", "z_channels", "embed_dim",
+           "num_codes", "disc_layers", "disc_channels")
+
+register_converter(Converter("a taming-transformers VQGAN or a diffusers VQModel (quantize.embedding, encoder.*)",
+                             "vqgan", lambda state, hf_config: is_vqgan_state(state),
+                             lambda state, hf_config: vqgan_state(state), _architecture,
+                             lambda state, hf_config: "diffusers" if is_diffusers(state) else "taming", DECIDES))

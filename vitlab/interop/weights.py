@@ -93,8 +93,7 @@ def load_model(path: str | os.PathLike) -> nn.Module:
         )
     model = config_from_dict(json.loads(metadata[CONFIG_KEY])).build()
     model.model_name = metadata.get("model_name")
-    load_weights(model, state)
-    return model
+    return load_state(model, state)
 
 
 def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -115,15 +114,21 @@ def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.T
     warning), and the LayerNorm epsilon is taken from the checkpoint when it says (Hugging Face's config.json).
     """
     if isinstance(source, dict):
-        from .detr_formats import detr_state, is_detr_state
+        from .formats import convert_state
 
-        state = detr_state(source) if is_detr_state(source) else source  # DETR's official or HF names, if any
+        state = convert_state(source)  # another library's names (an official DETR's, ...), if any
     else:
         from .formats import read_checkpoint
 
         state, info = read_checkpoint(source)
         if info.norm_eps is not None:
             set_norm_eps(model, info.norm_eps)
+    return load_state(model, state)
+
+
+def load_state(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
+    """Load a state dict in vitlab's layout, adapted by the model's own hook; anything that does not fit raises
+    CheckpointMismatchError listing the missing, unexpected and mis-shaped keys."""
     state = adapt_state_dict(model, state)
     target = model.state_dict()
     missing = sorted(set(target) - set(state))

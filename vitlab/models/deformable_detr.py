@@ -39,6 +39,7 @@ from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock,
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .detr import BoxHead, DetectionOutput, check_detector_inputs
+from .family import ModelFamily
 from .registry import register_config, register_model
 
 
@@ -266,8 +267,17 @@ class DeformableDETR(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class DeformableDETRConfig:
+class DeformableDETRConfig(ModelFamily):
     family: ClassVar[str] = "deformable_detr"
+    title: ClassVar[str] = "Deformable DETR"
+    description: ClassVar[str] = ("Deformable DETR (Zhu et al., ICLR 2021): DETR whose attention samples a few "
+                                  "points of a multi-scale feature pyramid")
+    columns: ClassVar[str] = "depth: encoder + decoder layers"
+    wrong_on: ClassVar[dict[str, str]] = {
+        "openvino": "OpenVINO 2026.4's CPU plugin computes multi-scale deformable attention wrongly (logits off by "
+                    "2.3 from torch's at 96×128, NaN at 128×96, whether converted from torch or from ONNX); run it "
+                    "on onnxruntime, compile or torch",
+    }
 
     num_classes: int = 91  # COCO's category ids run to 90; the paper's code sizes the head by the largest id + 1
     backbone: str = "resnet50"
@@ -300,6 +310,10 @@ class DeformableDETRConfig:
             raise ValueError(f"dim must be divisible by 32 (GroupNorm(32) on every level), got {self.dim}")
         if self.two_stage and not self.with_box_refine:
             raise ValueError("two_stage needs with_box_refine=True, as in the paper's code")
+
+    def summary(self) -> dict:
+        return {"image": self.img_size, "patch": None, "dim": self.dim, "depth": f"{self.enc_layers}+{self.dec_layers}",
+                "heads": self.num_heads, "classes": self.num_classes}
 
     def build(self) -> DeformableDETR:
         backbone = ResNetBackbone(self.backbone, max(self.backbone_stages), tuple(self.backbone_stages),

@@ -30,6 +30,7 @@ from torch import nn
 from ..layers.blocks import DecoderBlock, EncoderBlock, PostNormEncoderBlock, PreNormDecoderBlock
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
+from .family import ModelFamily
 from .registry import register_config, register_model
 
 
@@ -146,8 +147,12 @@ class DETR(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class DETRConfig:
+class DETRConfig(ModelFamily):
     family: ClassVar[str] = "detr"
+    title: ClassVar[str] = "DETR"
+    description: ClassVar[str] = ("DETR (Carion et al., ECCV 2020): a ResNet, a Transformer encoder-decoder and object "
+                                  "queries matched one-to-one to the objects")
+    columns: ClassVar[str] = "depth: encoder + decoder layers; classes: + no-object"
 
     num_classes: int = 91  # K; the official COCO models index classes by category id, hence 91
     backbone: str = "resnet50"
@@ -175,6 +180,10 @@ class DETRConfig:
         for name in ("num_classes", "num_queries", "dec_layers", "ffn_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+    def summary(self) -> dict:
+        return {"image": self.img_size, "patch": None, "dim": self.dim, "depth": f"{self.enc_layers}+{self.dec_layers}",
+                "heads": self.num_heads, "classes": self.num_classes}
 
     def build(self) -> DETR:
         backbone = ResNetBackbone(self.backbone, self.backbone_last_stage, frozen_bn=self.frozen_bn,

@@ -23,6 +23,7 @@ from torch import nn
 
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.tiling import tiled_apply
+from .family import ModelFamily
 from .ipt import PAPER_DEGRADATIONS, degradation_scale, task_index_of
 from .registry import register_config, register_model
 
@@ -71,8 +72,12 @@ class EDSR(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class EDSRConfig:
+class EDSRConfig(ModelFamily):
     family: ClassVar[str] = "edsr"
+    title: ClassVar[str] = "EDSR"
+    description: ClassVar[str] = ("EDSR (Lim et al., CVPRW 2017): the residual convnet baseline of image "
+                                  "restoration, one head and tail per task")
+    columns: ClassVar[str] = "dim: channels; depth: residual blocks"
 
     degradations: tuple[str, ...] = PAPER_DEGRADATIONS
     channels: int = 64
@@ -84,6 +89,13 @@ class EDSRConfig:
     def __post_init__(self) -> None:
         for name in self.degradations:
             degradation_scale(name)
+
+    def describe(self) -> str:
+        return f"{super().describe()}, tasks {', '.join(self.degradations)}"
+
+    def summary(self) -> dict:
+        return {"image": None, "patch": None, "dim": self.channels, "depth": self.num_blocks, "heads": None,
+                "classes": None}
 
     def build(self) -> EDSR:
         model = EDSR(self.degradations, self.channels, self.num_blocks, self.res_scale, self.rgb_range,

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..layers.blocks import EncoderBlock, KVCache
+from .family import ModelFamily
 from .registry import register_config, register_model
 
 
@@ -153,8 +154,15 @@ class GPTPrior(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class GPTPriorConfig:
+class GPTPriorConfig(ModelFamily):
     family: ClassVar[str] = "gpt_prior"
+    title: ClassVar[str] = "GPT prior"
+    description: ClassVar[str] = ("the VQGAN's Transformer prior (Esser et al., CVPR 2021): a GPT over code "
+                                  "sequences, optionally class-conditional")
+    columns: ClassVar[str] = "image: the code grid"
+    not_exportable: ClassVar[str | None] = (
+        "the prior samples one token at a time in a Python loop with a key-value cache; export its VQGAN run "
+        "instead (the decoder that turns the sampled codes into images)")
 
     num_codes: int = 1024
     grid: tuple[int, int] = (16, 16)  # the VQGAN's code grid h × w
@@ -164,6 +172,10 @@ class GPTPriorConfig:
     num_heads: int = 16
     mlp_ratio: float = 4.0
     dropout: float = 0.0
+
+    def summary(self) -> dict:
+        return {"image": self.grid, "patch": None, "dim": self.dim, "depth": self.depth, "heads": self.num_heads,
+                "classes": self.num_classes}
 
     def build(self) -> GPTPrior:
         return GPTPrior(self)

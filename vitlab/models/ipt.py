@@ -37,6 +37,7 @@ from torch import nn
 from ..layers.blocks import EncoderBlock, PreNormDecoderBlock
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.tiling import tiled_apply
+from .family import ModelFamily
 from .registry import register_config, register_model
 
 # every degradation IPT knows, with the scale of its output; the pretrained model's task order is the official one
@@ -196,8 +197,12 @@ class IPT(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class IPTConfig:
+class IPTConfig(ModelFamily):
     family: ClassVar[str] = "ipt"
+    title: ClassVar[str] = "IPT"
+    description: ClassVar[str] = ("IPT (Chen et al., CVPR 2021): per-task convolutional heads and tails around one "
+                                  "shared Transformer body, for super-resolution, denoising and deraining")
+    columns: ClassVar[str] = "image: the body's input side; patch: its token patch; dim: a token's width"
 
     degradations: tuple[str, ...] = PAPER_DEGRADATIONS
     channels: int = 64  # n_feats: the heads' and tails' width; a token is channels · patch_dim² wide
@@ -214,6 +219,13 @@ class IPTConfig:
     def __post_init__(self) -> None:
         for name in self.degradations:
             degradation_scale(name)
+
+    def describe(self) -> str:
+        return f"{super().describe()}, tasks {', '.join(self.degradations)}"
+
+    def summary(self) -> dict:
+        return {"image": self.patch_size, "patch": self.patch_dim, "dim": self.channels * self.patch_dim ** 2,
+                "depth": f"{self.num_layers}+{self.num_layers}", "heads": self.num_heads, "classes": None}
 
     def build(self) -> IPT:
         model = IPT(self.degradations, self.channels, self.patch_size, self.patch_dim, self.num_heads,

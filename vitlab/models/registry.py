@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import functools
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +26,29 @@ OVERRIDE_ALIASES = {"embed_dim": "dim"}
 
 
 def register_config(cls: type) -> type:
-    """Class decorator for a config dataclass with a `family` class attribute and a `build()` method."""
+    """Class decorator for a family's config dataclass: a `family` class attribute, a `build()` method, and what
+    `models/family.py`'s `ModelFamily` declares. Registering a family's name twice is an error (a subclass
+    registers its own name)."""
+    known = _CONFIG_TYPES.get(cls.family)
+    if known is not None and known.__qualname__ != cls.__qualname__:
+        raise ValueError(f"model family {cls.family!r} is registered twice ({known.__qualname__} and "
+                         f"{cls.__qualname__})")
     _CONFIG_TYPES[cls.family] = cls
     return cls
+
+
+def config_type(family: str) -> type:
+    """The config class of a registered family."""
+    _import_families()
+    if family not in _CONFIG_TYPES:
+        raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(_CONFIG_TYPES))}")
+    return _CONFIG_TYPES[family]
+
+
+def list_families() -> list[type]:
+    """The config class of every registered family, by family name."""
+    _import_families()
+    return [_CONFIG_TYPES[name] for name in sorted(_CONFIG_TYPES)]
 
 
 def register_model(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -54,8 +77,9 @@ def get_config(name: str, **overrides: Any) -> Any:
 
 def apply_overrides(config: Any, **overrides: Any) -> Any:
     """`dataclasses.replace` with aliases and an error that names the valid fields."""
-    overrides = {OVERRIDE_ALIASES.get(key, key): value for key, value in overrides.items()}
     valid = [field.name for field in dataclasses.fields(config)]
+    # an alias applies where the config has no field of the alias's own name (a VQGAN's embed_dim is its own)
+    overrides = {key if key in valid else OVERRIDE_ALIASES.get(key, key): value for key, value in overrides.items()}
     unknown = [key for key in overrides if key not in valid]
     if unknown:
         hints = [f"{key!r} (did you mean {difflib.get_close_matches(key, valid, n=1)[0]!r}?)"
@@ -87,17 +111,17 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any]) -> Any:
     """Rebuild a config saved with `config_to_dict` (JSON turns tuples into lists; they are turned back)."""
-    _import_families()
     data = dict(data)
-    family = data.pop("family")
-    if family not in _CONFIG_TYPES:
-        raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(_CONFIG_TYPES))}")
-    cls = _CONFIG_TYPES[family]
+    cls = config_type(data.pop("family"))
     data = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items()}
     # a family whose saved form changed reads older dicts itself
     return cls.from_saved(data) if hasattr(cls, "from_saved") else cls(**data)
 
 
+@functools.cache
 def _import_families() -> None:
-    # registering happens on import of each family's module
-    from . import deformable_detr, deit, detr, edsr, gpt_prior, ipt, resnet, setr, vit, vqgan  # noqa: F401
+    """Import every module of this package, once: a family registers itself on import (a family defined
+    elsewhere registers when its own module is imported)."""
+    package = __name__.rpartition(".")[0]
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{module.name}")

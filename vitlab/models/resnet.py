@@ -16,13 +16,17 @@ import torch
 import torchvision
 from torch import nn
 
+from .family import ModelFamily
 from .registry import register_config, register_model
 
 
 @register_config
 @dataclass(frozen=True)
-class ResNetConfig:
+class ResNetConfig(ModelFamily):
     family: ClassVar[str] = "resnet"
+    title: ClassVar[str] = "ResNet"
+    description: ClassVar[str] = "ResNet (He et al., CVPR 2016): the convolutional baseline and teacher"
+    columns: ClassVar[str] = "depth: layers; no patches"
 
     depth: int = 18  # 18 or 34 (BasicBlock ResNets in torchvision)
     img_size: int | tuple[int, int] = 28  # recorded for the data pipeline; the network accepts any size

@@ -23,6 +23,7 @@ from torch import nn
 
 from ..layers.blocks import DecoderBlock, EncoderBlock, KVCache, PostNormEncoderBlock, PreNormDecoderBlock
 from ..layers.pos_embed import sincos_1d
+from .family import ModelFamily
 from .registry import register_config
 
 # The config family is registered (so saved weights rebuild their model through `config_from_dict`), but no
@@ -32,8 +33,13 @@ from .registry import register_config
 
 @register_config
 @dataclass(frozen=True)
-class Seq2SeqConfig:
+class Seq2SeqConfig(ModelFamily):
     family: ClassVar[str] = "seq2seq"
+    title: ClassVar[str] = "Transformer"
+    description: ClassVar[str] = ("the Transformer (Vaswani et al., NeurIPS 2017): an encoder-decoder over token "
+                                  "sequences")
+    not_exportable: ClassVar[str | None] = ("beam search and greedy decoding are Python loops over one-token steps, "
+                                            "not one graph")
 
     vocab_size: int  # V, shared by source and target (one table, as in §3.4)
     dim: int = 512  # d_model
@@ -58,6 +64,10 @@ class Seq2SeqConfig:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}")
         if self.pos_embed == "sincos" and self.dim % 2:
             raise ValueError(f"the sin-cos encoding needs an even dim, got {self.dim}")
+
+    def summary(self) -> dict:
+        return {"image": None, "patch": None, "dim": self.dim, "depth": f"{self.depth}+{self.depth}",
+                "heads": self.num_heads, "classes": f"{self.vocab_size} tokens"}
 
     def build(self) -> Seq2SeqTransformer:
         return Seq2SeqTransformer(self)

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .family import ModelFamily
 from .registry import get_config, register_config, register_model
 
 
@@ -265,8 +266,12 @@ class SETR(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class SETRConfig:
+class SETRConfig(ModelFamily):
     family: ClassVar[str] = "setr"
+    title: ClassVar[str] = "SETR"
+    description: ClassVar[str] = ("SETR (Zheng et al., CVPR 2021): a ViT encoder and a convolutional decoder for "
+                                  "semantic segmentation")
+    columns: ClassVar[str] = "image, patch, dim, depth, heads: its ViT encoder's"
 
     num_classes: int = 19
     decoder: str = "pup"  # "naive" | "pup" | "mla"
@@ -304,6 +309,10 @@ class SETRConfig:
             return self.aux_layers, mla
         aux = tuple(max(0, round(depth * f) - 1) for f in (10 / 24, 15 / 24, 20 / 24))
         return ((*aux, depth - 1) if self.decoder == "pup" else aux), mla
+
+    def summary(self) -> dict:
+        encoder = self.encoder_config()
+        return {**encoder.summary(), "classes": self.num_classes}
 
     def build(self) -> SETR:
         encoder = self.encoder_config()

@@ -26,6 +26,7 @@ from ..layers.blocks import EncoderBlock
 from ..layers.mlp import hooked
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
+from .family import ModelFamily
 from .registry import register_config, register_model
 
 # Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (saved without config_version) said so
@@ -36,8 +37,11 @@ V1_STEM_CHANNELS = (32, 64)  # version 1's default stem, what patch_proj="convst
 
 @register_config
 @dataclass(frozen=True)
-class ViTConfig:
+class ViTConfig(ModelFamily):
     family: ClassVar[str] = "vit"
+    title: ClassVar[str] = "ViT"
+    description: ClassVar[str] = ("ViT, the Vision Transformer (Dosovitskiy et al., ICLR 2021): image patches as "
+                                  "tokens through a pre-norm Transformer encoder, classified from the class token")
 
     img_size: int | tuple[int, int] = 224  # (H, W) the model is built for; ints mean square
     patch_size: int | tuple[int, int] = 16  # (ph, pw)

@@ -32,6 +32,7 @@ from torch import nn
 from ..layers.blocks import SpatialSelfAttention
 from ..layers.conv import Downsample, NormResBlock, Upsample, same_conv
 from ..layers.quantize import VectorQuantizer
+from .family import ModelFamily
 from .registry import register_config, register_model
 
 
@@ -227,8 +228,13 @@ class VQGAN(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class VQGANConfig:
+class VQGANConfig(ModelFamily):
     family: ClassVar[str] = "vqgan"
+    title: ClassVar[str] = "VQGAN"
+    description: ClassVar[str] = ("VQGAN (Esser et al., CVPR 2021): a convolutional autoencoder with a learned "
+                                  "codebook, trained with perceptual and adversarial losses")
+    columns: ClassVar[str] = ("image: training size; patch: the downsampling factor f; dim: code width; depth: "
+                              "levels; classes: codebook size")
 
     in_chans: int = 3
     out_chans: int | None = None  # None: as many as in_chans
@@ -259,6 +265,10 @@ class VQGANConfig:
         f = 2 ** (len(self.ch_mult) - 1)
         if self.resolution % f:
             raise ValueError(f"resolution {self.resolution} is not a multiple of the downsampling factor {f}")
+
+    def summary(self) -> dict:
+        return {"image": self.resolution, "patch": 2 ** (len(self.ch_mult) - 1), "dim": self.embed_dim,
+                "depth": len(self.ch_mult), "heads": None, "classes": f"{self.num_codes} codes"}
 
     def build(self) -> VQGAN:
         return VQGAN(self)

@@ -1,0 +1,100 @@
+"""What a model family says about itself to the layers above it (the command line, the runtimes, interop).
+
+A family is one file in `models/`: its config dataclass (decorated with `@register_config`, mixing in
+`ModelFamily`), its model, its presets (`@register_model`). The config class declares, as data and small methods:
+
+    family          its name, the key of saved configs ("vit", ...)
+    title           its name in prose ("Deformable DETR")
+    description     one line: the paper and what the model is
+    columns         what `vitlab models`'s columns mean for it, where not the obvious
+    summary()       the sizes `vitlab models` and `vitlab convert` print (image, patch, dim, depth, heads, classes)
+    not_exportable  why its model cannot be one tensors-in, tensors-out graph (None: it can)
+    wrong_on        runtime backends measured to compute it wrongly, with why
+    pack_outputs()  a graph's outputs back into what the model returns (a tensor, or its output dataclass)
+    releases        its released checkpoints by tag (filled by the families that have them)
+
+and the model class declares `export_spec(example, task) -> ExportSpec`: the graph a runtime runs. Nothing above
+`models/` needs to know a family by name: it asks the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+
+@dataclass(frozen=True)
+class Release:
+    """A released checkpoint of a family: where it is, what format it is in, and the figure its authors report."""
+
+    tag: str  # "detr_resnet50.coco": the model name, a dot, the release
+    source: str  # a Hugging Face repo id ("facebook/detr-resnet-50") or a URL
+    format: str  # what interop reads it as ("timm", "huggingface", "official", ...)
+    filename: str = ""  # the file within a hub repo
+    revision: str = ""  # a pinned hub revision
+    sha256: str = ""  # where the source publishes or fixes one
+    licence: str = ""
+    metric: dict[str, float] = field(default_factory=dict)  # the release's own reference figure: {"coco_ap": 42.0}
+    dataset: str = ""  # what `metric` was measured on
+
+
+@dataclass
+class ExportSpec:
+    """A model as a graph: `outputs(model, *inputs)` returns the tensors named `output_names`, in order.
+
+    `dynamic`: per input, axis -> name of a free dimension ("batch", "height", ...); `method`: the model's method
+    the graph stands in for (`forward`, or a VQGAN's `decode`); `task`: a multi-task model's task index.
+    `meta`: recorded in the exported file (a restorer's degradation, the onnxruntime fusion a family asks for).
+    """
+
+    kind: str  # a label for messages and files: "classifier", "detector", ...
+    outputs: Callable[..., tuple[torch.Tensor, ...]]
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    example: tuple[torch.Tensor, ...]
+    dynamic: tuple[dict[int, str], ...]
+    method: str = "forward"
+    task: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelFamily:
+    """Mixed into a family's config dataclass: the defaults of what a family declares (see the module's doc)."""
+
+    family: ClassVar[str]
+    title: ClassVar[str] = ""  # its name in prose: "Deformable DETR"
+    description: ClassVar[str] = ""
+    columns: ClassVar[str] = ""
+    not_exportable: ClassVar[str | None] = None
+    wrong_on: ClassVar[dict[str, str]] = {}
+    releases: ClassVar[dict[str, Release]] = {}
+
+    def summary(self) -> dict[str, Any]:
+        """The sizes shown for a model of this config: image, patch, dim, depth, heads, classes (None: not one)."""
+        fields = {"image": "img_size", "patch": "patch_size", "dim": "dim", "depth": "depth", "heads": "num_heads",
+                  "classes": "num_classes"}
+        return {column: getattr(self, name, None) for column, name in fields.items()}
+
+    def describe(self) -> str:
+        """One line about a model of this config, its family's title and its sizes: "ViT 192 wide, 12 deep, 3
+        heads, patch 16, image 224, 1000 classes"."""
+        words = {"dim": "{} wide", "depth": "{} deep", "heads": "{} heads", "patch": "patch {}", "image": "image {}",
+                 "classes": "{} classes"}
+        sizes = self.summary()
+        shown = [(sizes[key] if isinstance(sizes[key], str) and key == "classes" else words[key].format(
+            _shown(sizes[key]))) for key in words if sizes.get(key) is not None]
+        return f"{self.title or self.family} {', '.join(shown)}"
+
+    @staticmethod
+    def pack_outputs(outputs: list[Any]) -> Any:
+        """A graph's outputs, in order -> what the model's graphed method returns in eval mode."""
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return "×".join(map(str, value))
+    return str(value)
