@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..interop import load_model
     from ..runtime.export import FORMATS, export_graph
-    from ..runtime.graphs import graph_for, kind_of
+    from ..runtime.graphs import graph_for
 
     source = Path(args.source)
     weights = source / f"{args.weights}.safetensors" if source.is_dir() else source
@@ -37,12 +37,12 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix != FORMATS[args.format]:
         raise ValueError(f"--out {out}: a {args.format} file ends in {FORMATS[args.format]}")
     model = load_model(weights).eval()
-    kind = kind_of(model)
     tasks: list[str | None] = [None]
-    if kind == "restorer":
-        tasks = [args.task] if args.task else list(model.degradations)
+    if hasattr(model, "task_names"):  # one graph per task
+        tasks = [args.task] if args.task else list(model.task_names)
     elif args.task:
-        raise ValueError(f"--task picks a restoration run's degradation; this run is a {kind}")
+        raise ValueError(f"--task picks the task of a multi-task model (a restoration run's degradation); this run is "
+                         f"a {graph_for(model).kind}")
     for task in tasks:
         graph = graph_for(model, task=task)
         path = out if len(tasks) == 1 else out.with_name(f"{out.stem}-{task}{out.suffix}")

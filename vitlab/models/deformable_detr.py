@@ -38,8 +38,8 @@ from torch import nn
 from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
-from .detr import BoxHead, DetectionOutput, check_detector_inputs
-from .family import ModelFamily
+from .detr import BoxHead, DetectionOutput, check_detector_inputs, detector_export_spec
+from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
 
@@ -243,6 +243,10 @@ class DeformableDETR(nn.Module):
             padding_mask = torch.zeros(images.shape[0], *images.shape[2:], dtype=torch.bool, device=images.device)
         return sources, [downsample_mask(padding_mask, s.shape[-2:]) for s in sources]
 
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        return detector_export_spec(self, example)
+
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
         check_detector_inputs(images, padding_mask)
         return self.detect(*self.levels(images, padding_mask))
@@ -310,6 +314,10 @@ class DeformableDETRConfig(ModelFamily):
             raise ValueError(f"dim must be divisible by 32 (GroupNorm(32) on every level), got {self.dim}")
         if self.two_stage and not self.with_box_refine:
             raise ValueError("two_stage needs with_box_refine=True, as in the paper's code")
+
+    @staticmethod
+    def pack_outputs(outputs: list[torch.Tensor]) -> DetectionOutput:
+        return DetectionOutput(outputs[0], outputs[1])
 
     def summary(self) -> dict:
         return {"image": self.img_size, "patch": None, "dim": self.dim, "depth": f"{self.enc_layers}+{self.dec_layers}",

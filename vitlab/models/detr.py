@@ -30,7 +30,7 @@ from torch import nn
 from ..layers.blocks import DecoderBlock, EncoderBlock, PostNormEncoderBlock, PreNormDecoderBlock
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
-from .family import ModelFamily
+from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
 
@@ -53,6 +53,24 @@ def check_detector_inputs(images: torch.Tensor, padding_mask: torch.Tensor | Non
     if padding_mask is not None and padding_mask.shape != (images.shape[0], *images.shape[2:]):
         raise ValueError(f"padding_mask must be (B, H, W) = {(images.shape[0], *images.shape[2:])}, True at "
                          f"padded pixels; got shape {tuple(padding_mask.shape)}")
+
+
+def detector_export_spec(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None) -> ExportSpec:
+    """images (B, 3, H, W), padding_mask (B, H, W) -> logits (B, N, K[+1]), pred_boxes (B, N, 4), in eval mode (the
+    last decoder layer's); batch and image size free. An example of images alone gets a mask of no padding."""
+    if example is None:
+        size = model.config.img_size
+        example = (torch.randn(2, 3, size, size),)
+    if len(example) == 1:
+        images = example[0]
+        example = (images, torch.zeros(images.shape[0], *images.shape[-2:], dtype=torch.bool))
+
+    def detect(m: nn.Module, images: torch.Tensor, padding_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = m(images, padding_mask)
+        return out.logits, out.pred_boxes
+
+    return ExportSpec("detector", detect, ("images", "padding_mask"), ("logits", "pred_boxes"), example,
+                      ({0: "batch", 2: "height", 3: "width"}, {0: "batch", 1: "height", 2: "width"}))
 
 
 class DetrTransformer(nn.Module):
@@ -123,6 +141,10 @@ class DETR(nn.Module):
         self.bbox_embed = BoxHead(dim, dim)
         self.num_classes, self.num_queries, self.aux_loss = num_classes, num_queries, aux_loss
 
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        return detector_export_spec(self, example)
+
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
         check_detector_inputs(images, padding_mask)
         features = self.backbone(images)[-1]  # (B, C, h, w)
@@ -180,6 +202,10 @@ class DETRConfig(ModelFamily):
         for name in ("num_classes", "num_queries", "dec_layers", "ffn_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+    @staticmethod
+    def pack_outputs(outputs: list[torch.Tensor]) -> DetectionOutput:
+        return DetectionOutput(outputs[0], outputs[1])
 
     def summary(self) -> dict:
         return {"image": self.img_size, "patch": None, "dim": self.dim, "depth": f"{self.enc_layers}+{self.dec_layers}",

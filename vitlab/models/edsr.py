@@ -23,8 +23,8 @@ from torch import nn
 
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.tiling import tiled_apply
-from .family import ModelFamily
-from .ipt import PAPER_DEGRADATIONS, degradation_scale, task_index_of
+from .family import ExportSpec, ModelFamily
+from .ipt import PAPER_DEGRADATIONS, degradation_scale, restorer_export_spec, task_index_of
 from .registry import register_config, register_model
 
 
@@ -45,11 +45,20 @@ class EDSR(nn.Module):
                                   for s in self.scales)
         self.add_mean = MeanShift(rgb_range, sign=1)
 
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        """The tasks it restores, one head and tail each (one exported graph each)."""
+        return self.degradations
+
     def task_index(self, task: str | int) -> int:
         return task_index_of(self.degradations, task)
 
     def scale_of(self, task: str | int) -> int:
         return self.scales[self.task_index(task)]
+
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        return restorer_export_spec(self, example, task, free_size=True)
 
     def forward(self, x: torch.Tensor, task: str | int = 0) -> torch.Tensor:
         """x (B, 3, H, W) in [0, 1] -> (B, 3, H·s, W·s), not clamped."""

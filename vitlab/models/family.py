@@ -47,7 +47,8 @@ class ExportSpec:
 
     `dynamic`: per input, axis -> name of a free dimension ("batch", "height", ...); `method`: the model's method
     the graph stands in for (`forward`, or a VQGAN's `decode`); `task`: a multi-task model's task index.
-    `meta`: recorded in the exported file (a restorer's degradation, the onnxruntime fusion a family asks for).
+    `meta`: recorded in the exported file (a restorer's degradation); `onnx_fusion`: what onnxruntime's transformer
+    optimizer is to fuse in the ONNX graph, where the family's graph is one it knows.
     """
 
     kind: str  # a label for messages and files: "classifier", "detector", ...
@@ -59,6 +60,7 @@ class ExportSpec:
     method: str = "forward"
     task: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    onnx_fusion: dict[str, Any] | None = None  # onnxruntime transformer optimizer's arguments (model_type, ...)
 
 
 class ModelFamily:

@@ -37,7 +37,7 @@ from torch import nn
 from ..layers.blocks import EncoderBlock, PreNormDecoderBlock
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.tiling import tiled_apply
-from .family import ModelFamily
+from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
 # every degradation IPT knows, with the scale of its output; the pretrained model's task order is the official one
@@ -60,6 +60,20 @@ def task_index_of(degradations: tuple[str, ...], task: str | int) -> int:
     if task not in degradations:
         raise ValueError(f"this model restores {', '.join(degradations)}; got {task!r}")
     return degradations.index(task)
+
+
+def restorer_export_spec(model: nn.Module, example: tuple[torch.Tensor, ...] | None, task: int | str | None,
+                         free_size: bool) -> ExportSpec:
+    """One graph per task: images (B, 3, S, S) -> restored (B, 3, S·s, S·s), the task's head and tail baked in.
+    `free_size`: the image axes stay free (a convnet); otherwise only the batch (IPT's body cuts a fixed-size input
+    into a fixed token grid)."""
+    index = model.task_index(0 if task is None else task)
+    if example is None:
+        size = getattr(model, "patch_size", 48)
+        example = (torch.rand(2, 3, size, size),)
+    free = {0: "batch", 2: "height", 3: "width"} if free_size else {0: "batch"}
+    return ExportSpec("restorer", lambda m, x: (m(x, index),), ("images",), ("restored",), example, (free,),
+                      task=index, meta={"degradation": model.degradations[index]})
 
 
 class IPTHead(nn.Sequential):
@@ -155,11 +169,20 @@ class IPT(nn.Module):
         self.tail = nn.ModuleList(IPTTail(s, channels, in_chans) for s in self.scales)
         self.add_mean = MeanShift(rgb_range, sign=1)
 
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        """The tasks it restores, one head and tail each (one exported graph each)."""
+        return self.degradations
+
     def task_index(self, task: str | int) -> int:
         return task_index_of(self.degradations, task)
 
     def scale_of(self, task: str | int) -> int:
         return self.scales[self.task_index(task)]
+
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        return restorer_export_spec(self, example, task, free_size=False)
 
     def forward(self, x: torch.Tensor, task: str | int = 0, return_tokens: bool = False
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

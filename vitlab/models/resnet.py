@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .family import ModelFamily
+from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
 
@@ -62,6 +62,15 @@ class ResNet(nn.Module):
         if not config.maxpool:
             net.maxpool = nn.Identity()
         self.net = net
+
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        """images (B, C, H, W) -> logits (B, K); batch and image size free (a convnet with global pooling)."""
+        side = self.config.img_size
+        size = (side, side) if isinstance(side, int) else tuple(side)
+        example = example or (torch.randn(2, self.config.in_chans, *size),)
+        return ExportSpec("classifier", lambda model, images: (model(images),), ("images",), ("logits",), example,
+                          ({0: "batch", 2: "height", 3: "width"},))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 4 or x.shape[1] != self.config.in_chans:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .family import ModelFamily
+from .family import ExportSpec, ModelFamily
 from .registry import get_config, register_config, register_model
 
 
@@ -203,6 +203,13 @@ class SETR(nn.Module):
             self.aux_layers = ()
         self.auxiliary_head = nn.ModuleList(make_aux() for _ in self.aux_layers)
 
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        """images (B, 3, H, W) -> logits (B, K, H, W) in eval mode (no auxiliary heads); the batch free."""
+        example = example or (torch.randn(2, 3, *self.backbone.patch_embed.img_size),)
+        return ExportSpec("segmenter", lambda model, images: (model(images).logits,), ("images",), ("logits",),
+                          example, ({0: "batch"},))
+
     def forward(self, images: torch.Tensor) -> SegmentationOutput:
         if images.ndim != 4:
             raise ValueError(f"expected images (B, C, H, W), got shape {tuple(images.shape)}")
@@ -309,6 +316,10 @@ class SETRConfig(ModelFamily):
             return self.aux_layers, mla
         aux = tuple(max(0, round(depth * f) - 1) for f in (10 / 24, 15 / 24, 20 / 24))
         return ((*aux, depth - 1) if self.decoder == "pup" else aux), mla
+
+    @staticmethod
+    def pack_outputs(outputs: list[torch.Tensor]) -> SegmentationOutput:
+        return SegmentationOutput(outputs[0], [])
 
     def summary(self) -> dict:
         encoder = self.encoder_config()

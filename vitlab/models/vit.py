@@ -26,7 +26,7 @@ from ..layers.blocks import EncoderBlock
 from ..layers.mlp import hooked
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
-from .family import ModelFamily
+from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
 # Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (saved without config_version) said so
@@ -203,6 +203,16 @@ class VisionTransformer(nn.Module):
         if self.config.pos_embed == "sincos":
             return sincos_pos_embed(grid, self.config.dim, self.num_prefix_tokens).to(self.pos_embed)
         return resample_pos_embed(self.pos_embed, grid, self.patch_embed.grid_size, self.num_prefix_tokens)
+
+    # ---- as a graph, for the runtimes ----------------------------------------------------------------------
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        """images (B, C, H, W) -> logits (B, K); the batch free (the position table fixes the image size).
+        onnxruntime's transformer optimizer knows this graph as "vit": attention, LayerNorm and GELU fused."""
+        example = example or (torch.randn(2, self.config.in_chans, *self.patch_embed.img_size),)
+        return ExportSpec("classifier", lambda model, images: (model(images),), ("images",), ("logits",), example,
+                          ({0: "batch"},), onnx_fusion={"model_type": "vit", "num_heads": self.config.num_heads,
+                                                        "hidden_size": self.config.dim})
 
     # ---- eq. 2–4 -----------------------------------------------------------------------------------------
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:

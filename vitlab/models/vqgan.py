@@ -32,7 +32,7 @@ from torch import nn
 from ..layers.blocks import SpatialSelfAttention
 from ..layers.conv import Downsample, NormResBlock, Upsample, same_conv
 from ..layers.quantize import VectorQuantizer
-from .family import ModelFamily
+from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
 
@@ -194,6 +194,16 @@ class VQGAN(nn.Module):
                               if c.disc_layers else None)
         self.downsample_factor = 2 ** (len(c.ch_mult) - 1)
         self.config = c
+
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        """The decoder, what turns codes (sampled by a prior, or quantised by the encoder) into images:
+        codes (B, D, h, w) -> images (B, C, h·f, w·f); batch and grid free."""
+        if example is None:
+            side = self.config.resolution // self.downsample_factor
+            example = (torch.randn(2, self.config.embed_dim, side, side),)
+        return ExportSpec("vqgan-decoder", lambda m, z: (m.decode(z),), ("codes",), ("images",), example,
+                          ({0: "batch", 2: "height", 3: "width"},), method="decode")
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, C, H, W) in [-1, 1] -> the latents before quantisation (B, D, H/f, W/f), after quant_conv."""

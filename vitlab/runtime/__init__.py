@@ -38,7 +38,7 @@ from .backends import (
     cpu_settings,
 )
 from .export import FORMATS, export_graph, export_model, exported_program, read_metadata, require, run_cache
-from .graphs import ExportError, Graph, check_backend, graph_for, kind_of, pack
+from .graphs import ExportError, Graph, check_backend, graph_for, pack
 
 __all__ = ["BACKENDS", "FORMATS", "PRECISIONS", "ExportError", "Runtime", "export_model", "load", "runtime_model"]
 
@@ -53,9 +53,9 @@ class Runtime:
     def __init__(self, backend: str, precision: str, settings: CpuSettings, kind: str,
                  input_names: tuple[str, ...], output_names: tuple[str, ...], model: nn.Module | None = None,
                  method: str = "forward", cache_dir: Path | None = None, cache_name: str = "model",
-                 engine: Any = None, task: int | None = None) -> None:
+                 engine: Any = None, task: int | None = None, family: str | None = None) -> None:
         self.backend, self.precision, self.settings = backend, precision, settings
-        self.kind, self.input_names, self.output_names = kind, input_names, output_names
+        self.kind, self.family, self.input_names, self.output_names = kind, family, input_names, output_names
         self.model, self.method = model, method
         self.cache_dir, self.cache_name = cache_dir, cache_name
         self.file_task = task
@@ -72,7 +72,7 @@ class Runtime:
         outputs = self._run(list(inputs), task)
         if numpy_in:
             outputs = [o.numpy() for o in outputs]
-        return pack(self.kind, outputs)
+        return pack(self.family, outputs)
 
     def named(self, *inputs: Any, task: int | str | None = None) -> dict[str, Any]:
         numpy_in = any(isinstance(x, np.ndarray) for x in inputs)
@@ -82,7 +82,7 @@ class Runtime:
     def _run(self, inputs: list[Any], task: int | str | None) -> list[torch.Tensor]:
         if not inputs or len(inputs) > len(self.input_names):
             raise ValueError(f"this {self.kind} takes {', '.join(self.input_names)}; got {len(inputs)} inputs")
-        if self.kind == "detector" and (len(inputs) == 1 or inputs[1] is None):
+        if "padding_mask" in self.input_names[1:2] and (len(inputs) == 1 or inputs[1] is None):  # none: no padding
             images = inputs[0]
             shape = (images.shape[0], *images.shape[-2:])
             inputs = [images, np.zeros(shape, bool) if isinstance(images, np.ndarray) else
@@ -97,7 +97,7 @@ class Runtime:
                 raise ValueError(f"this file holds the graph of task {self.file_task}, not {task!r}; export the "
                                  f"run once per task (`vitlab export RUN --task NAME`)")
             return self._engines[None]
-        index = self.model.task_index(0 if task is None else task) if self.kind == "restorer" else None
+        index = self.model.task_index(0 if task is None else task) if hasattr(self.model, "task_index") else None
         free = self._free.get(index) or graph_for(self.model, task=index).dynamic
         key = (index, _fixed(inputs, free))
         if key in self._engines:
@@ -207,12 +207,11 @@ def runtime_model(model: nn.Module, backend: str = "torch", precision: str = "fp
                   cache_dir: str | os.PathLike | None = None, cache_name: str = "model") -> Runtime:
     """`model` (a vitlab model) on `backend`; graphs exported to `cache_dir` (default: a temporary folder)."""
     _check(backend, precision)
-    kind = kind_of(model)
     check_backend(model, backend)
     graph = graph_for(model)
-    return Runtime(backend, precision, cpu_settings(threads, backend), kind, graph.input_names, graph.output_names,
-                   model=model.eval(), method=graph.method, cache_dir=Path(cache_dir) if cache_dir else None,
-                   cache_name=cache_name)
+    return Runtime(backend, precision, cpu_settings(threads, backend), graph.kind, graph.input_names,
+                   graph.output_names, model=model.eval(), method=graph.method,
+                   cache_dir=Path(cache_dir) if cache_dir else None, cache_name=cache_name, family=graph.family)
 
 
 def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str = "last",
@@ -250,4 +249,4 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
         program = torch.export.load(str(path))
         engine = TorchBackend(program.module(), settings, precision, compile=backend == "compile")
     return Runtime(backend, precision, settings, record["kind"], tuple(record["inputs"]), tuple(record["outputs"]),
-                   method=record["method"], engine=engine, task=record.get("task"))
+                   method=record["method"], engine=engine, task=record.get("task"), family=record.get("family"))

@@ -3,9 +3,9 @@ ExportedProgram (.pt2). Each file carries what `vitlab.runtime.load` needs to gi
 its kind, input and output names, and a restorer's task, as JSON under the key `vitlab`.
 
 ONNX goes through torch's dynamo exporter; OpenVINO converts the ExportedProgram itself (no ONNX in between).
-Classifier graphs (ViT, DeiT) are then rewritten by onnxruntime's transformer optimizer, which fuses attention,
-LayerNorm, GELU and bias additions into single kernels. Every file is written beside its target and renamed over
-it, so a killed export leaves the old file or none.
+Graphs a family marks for it (ViT's, DeiT's) are then rewritten by onnxruntime's transformer optimizer, which
+fuses attention, LayerNorm, GELU and bias additions into single kernels. Every file is written beside its target
+and renamed over it, so a killed export leaves the old file or none.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def require(module: str, why: str) -> Any:
 
 
 def metadata(graph: Graph) -> dict[str, Any]:
-    return {"kind": graph.kind, "inputs": list(graph.input_names), "outputs": list(graph.output_names),
-            "method": graph.method, "task": graph.task, "dynamic": [{str(k): v for k, v in d.items()}
-                                                                    for d in graph.dynamic], **graph.meta}
+    return {"kind": graph.kind, "family": graph.family, "inputs": list(graph.input_names),
+            "outputs": list(graph.output_names), "method": graph.method, "task": graph.task,
+            "dynamic": [{str(k): v for k, v in d.items()} for d in graph.dynamic], **graph.meta}
 
 
 def export_graph(graph: Graph, path: str | os.PathLike, fmt: str = "onnx", optimize: bool = True) -> Path:
@@ -114,26 +114,26 @@ def _write_onnx(graph: Graph, path: Path, optimize: bool) -> None:
                                          output_names=list(graph.output_names), dynamo=True, verbose=False,
                                          optimize=True)
     proto = onnx_program.model_proto
-    if optimize and graph.kind == "classifier" and hasattr(graph.module.model, "blocks"):
-        proto = _fuse_transformer(proto, graph.module.model)
+    if optimize and graph.onnx_fusion:
+        proto = _fuse_transformer(proto, graph.onnx_fusion)
     entry = proto.metadata_props.add()
     entry.key, entry.value = "vitlab", json.dumps(metadata(graph))
     # weights live inside the file up to protobuf's 2 GB; larger models (none of the presets) would need external data
     _replace(path, lambda tmp: onnx.save_model(proto, str(tmp)))
 
 
-def _fuse_transformer(proto, vit: nn.Module):
-    """onnxruntime's transformer optimizer on a ViT's graph: attention, LayerNorm, GELU and bias fused."""
+def _fuse_transformer(proto, fusion: dict[str, Any]):
+    """onnxruntime's transformer optimizer on a graph the family says it knows (`fusion`: its model_type, num_heads
+    and hidden_size): attention, LayerNorm, GELU and bias fused."""
     try:
         from onnxruntime.transformers.fusion_options import FusionOptions
         from onnxruntime.transformers.optimizer import optimize_by_fusion
     except ImportError:
         return proto  # the optimizer ships with onnxruntime; without it the graph stays as exported
-    options = FusionOptions("vit")
+    options = FusionOptions(fusion["model_type"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fused = optimize_by_fusion(proto, model_type="vit", num_heads=vit.config.num_heads,
-                                   hidden_size=vit.config.dim, optimization_options=options)
+        fused = optimize_by_fusion(proto, **fusion, optimization_options=options)
     return fused.model
 
 

@@ -1,15 +1,11 @@
-"""What of each model family an inference runtime runs: a tensors-in, tensors-out graph with named inputs and
-outputs, its dynamic axes, and how its outputs become the PyTorch model's own return value again.
+"""What of a model an inference runtime runs: a tensors-in, tensors-out graph with named inputs and outputs, its
+dynamic axes, and how its outputs become the PyTorch model's own return value again.
 
-    classifier (vit, deit, resnet)   images (B, C, H, W)                      -> logits (B, K)
-    detector (detr, deformable_detr) images (B, 3, H, W), padding_mask (B, H, W) -> logits (B, N, K[+1]),
-                                                                                  pred_boxes (B, N, 4)
-    segmenter (setr)                 images (B, 3, H, W)                      -> logits (B, K, H, W)
-    restorer (ipt, edsr)             images (B, 3, S, S), one graph per task  -> restored (B, 3, S·s, S·s)
-    vqgan decoder (vqgan)            codes (B, D, h, w)                       -> images (B, C, h·f, w·f)
-
-A graph's `method` is the model's method it stands in for (`forward`, or `decode` for the VQGAN), so that a model
-whose method is swapped for a runtime keeps working everywhere the torch model did (tiling, sampling, ...).
+Each family declares its graph (`model.export_spec()`, models/family.py) and how outputs pack back
+(`config.pack_outputs`), what cannot be exported (`config.not_exportable`) and the backends that compute it wrongly
+(`config.wrong_on`); this module knows no family. A graph's `method` is the model's method it stands in for
+(`forward`, or `decode` for the VQGAN), so that a model whose method runs on a runtime keeps working everywhere the
+torch model did (tiling, sampling, ...).
 """
 
 from __future__ import annotations
@@ -20,21 +16,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-KINDS = {"vit": "classifier", "deit": "classifier", "resnet": "classifier", "detr": "detector",
-         "deformable_detr": "detector", "setr": "segmenter", "ipt": "restorer", "edsr": "restorer",
-         "vqgan": "vqgan-decoder"}
-NOT_EXPORTABLE = {
-    "gpt_prior": "the prior samples one token at a time in a Python loop with a key-value cache; export its VQGAN "
-                 "run instead (the decoder that turns the sampled codes into images)",
-    "seq2seq": "beam search and greedy decoding are Python loops over one-token steps, not one graph",
-}
-# Pairs measured to give wrong answers, refused rather than run: (family, backend) -> why
-WRONG_ON = {
-    ("deformable_detr", "openvino"): "OpenVINO 2026.4's CPU plugin computes multi-scale deformable attention "
-                                     "wrongly (logits off by 2.3 from torch's at 96×128, NaN at 128×96, whether "
-                                     "converted from torch or from ONNX); run it on onnxruntime, compile or torch",
-}
 
 
 class ExportError(ValueError):
@@ -52,8 +33,10 @@ class Graph:
     example: tuple[torch.Tensor, ...]
     dynamic: tuple[dict[int, str], ...]  # per input: axis -> name of a free dimension
     method: str = "forward"
-    task: int | None = None  # a restorer's task index (its head and tail)
+    task: int | None = None  # a multi-task model's task index (a restorer's head and tail)
     meta: dict[str, Any] = field(default_factory=dict)
+    family: str | None = None
+    onnx_fusion: dict[str, Any] | None = None
 
     def dynamic_shapes(self) -> tuple[dict[int, Any], ...]:
         """torch.export's spec: the batch a named free dimension, image axes AUTO (free if the model lets them be,
@@ -84,95 +67,57 @@ class _Returns(nn.Module):
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def family_of(model: nn.Module) -> str:
+def config_of(model: nn.Module) -> Any:
     config = getattr(model, "config", None)
-    family = getattr(config, "family", None)
-    if family is None:
+    if getattr(config, "family", None) is None:
         raise ExportError(f"{type(model).__name__} is not a vitlab model (it has no config.family); runtimes run "
                           f"the models `vitlab train` and `vitlab convert` write")
-    return family
+    return config
+
+
+def family_of(model: nn.Module) -> str:
+    return config_of(model).family
 
 
 def check_backend(model: nn.Module, backend: str) -> None:
     """Refuse a family on a backend known to compute it wrongly."""
-    why = WRONG_ON.get((family_of(model), backend))
+    config = config_of(model)
+    why = getattr(config, "wrong_on", {}).get(backend)
     if why:
-        raise ExportError(f"{family_of(model)} does not run on {backend}: {why}")
+        raise ExportError(f"{config.family} does not run on {backend}: {why}")
+
+
+def check_exportable(model: nn.Module) -> None:
+    config = config_of(model)
+    why = getattr(config, "not_exportable", None)
+    if why:
+        raise ExportError(f"{config.family} cannot be exported to one graph: {why}")
+    if not hasattr(model, "export_spec"):
+        raise ExportError(f"no runtime graph is defined for the {config.family} family (its model has no "
+                          f"export_spec)")
 
 
 def kind_of(model: nn.Module) -> str:
-    family = family_of(model)
-    if family in NOT_EXPORTABLE:
-        raise ExportError(f"{family} cannot be exported to one graph: {NOT_EXPORTABLE[family]}")
-    if family not in KINDS:
-        raise ExportError(f"no runtime graph is defined for the {family} family")
-    return KINDS[family]
+    """What the model's graph is ("classifier", "detector", ...), for messages and file names."""
+    return graph_for(model).kind
 
 
 def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
               ) -> Graph:
     """The graph of `model` (in eval mode), traced at `example` (default: the model's own input size, batch 2).
-    `task`: a restorer's degradation (name or index; default the first)."""
-    kind = kind_of(model)
+    `task`: a multi-task model's task (name or index; default the first)."""
+    check_exportable(model)
     model = model.eval()
-    if kind == "classifier":
-        example = example or (torch.randn(2, model.config.in_chans, *_image_size(model)),)
-        spatial = {2: "height", 3: "width"} if family_of(model) == "resnet" else {}
-        return Graph(kind, _Returns(model, lambda m, x: (m(x),)), ("images",), ("logits",), example,
-                     ({0: "batch", **spatial},))
-    if kind == "detector":
-        if example is None:
-            size = model.config.img_size if hasattr(model.config, "img_size") else 128
-            example = (torch.randn(2, 3, size, size),)
-        if len(example) == 1:
-            images = example[0]
-            example = (images, torch.zeros(images.shape[0], *images.shape[-2:], dtype=torch.bool))
-
-        def detect(m: nn.Module, images: torch.Tensor, padding_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            out = m(images, padding_mask)
-            return out.logits, out.pred_boxes
-
-        free = {0: "batch", 2: "height", 3: "width"}
-        return Graph(kind, _Returns(model, detect), ("images", "padding_mask"), ("logits", "pred_boxes"), example,
-                     (free, {0: "batch", 1: "height", 2: "width"}))
-    if kind == "segmenter":
-        example = example or (torch.randn(2, 3, *_image_size(model.backbone)),)
-        return Graph(kind, _Returns(model, lambda m, x: (m(x).logits,)), ("images",), ("logits",), example,
-                     ({0: "batch"},))
-    if kind == "restorer":
-        index = model.task_index(0 if task is None else task)
-        if example is None:
-            size = getattr(model, "patch_size", 48)
-            example = (torch.rand(2, 3, size, size),)
-        # IPT's body cuts a fixed-size input into a fixed token grid; EDSR is convolutional throughout
-        free = {0: "batch"} if family_of(model) == "ipt" else {0: "batch", 2: "height", 3: "width"}
-        return Graph(kind, _Returns(model, lambda m, x: (m(x, index),)), ("images",), ("restored",), example,
-                     (free,), task=index, meta={"degradation": model.degradations[index]})
-    # the VQGAN decoder: what turns codes (sampled by a prior, or quantised by the encoder) into images
-    c = model.config
-    if example is None:
-        side = c.resolution // model.downsample_factor
-        example = (torch.randn(2, c.embed_dim, side, side),)
-    return Graph(kind, _Returns(model, lambda m, z: (m.decode(z),)), ("codes",), ("images",), example,
-                 ({0: "batch", 2: "height", 3: "width"},), method="decode")
+    spec = model.export_spec(example, task)
+    return Graph(spec.kind, _Returns(model, spec.outputs), spec.input_names, spec.output_names, spec.example,
+                 spec.dynamic, spec.method, spec.task, dict(spec.meta), family_of(model), spec.onnx_fusion)
 
 
-def _image_size(vit: nn.Module) -> tuple[int, int]:
-    patch_embed = getattr(vit, "patch_embed", None)
-    if patch_embed is not None:
-        return tuple(patch_embed.img_size)
-    side = getattr(vit.config, "img_size", 28)
-    return (side, side) if isinstance(side, int) else tuple(side)
+def pack(family: str | None, outputs: list[torch.Tensor]) -> Any:
+    """A graph's outputs, in order -> what the PyTorch model (its graph's method) returns in eval mode, as the
+    family packs them; a file from before families were recorded gives its first output (or all, as a tuple)."""
+    if family is None:
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+    from ..models.registry import config_type
 
-
-def pack(kind: str, outputs: list[torch.Tensor]) -> Any:
-    """A graph's outputs, in order -> what the PyTorch model (its graph's method) returns in eval mode."""
-    if kind == "detector":
-        from ..models.detr import DetectionOutput
-
-        return DetectionOutput(outputs[0], outputs[1])
-    if kind == "segmenter":
-        from ..models.setr import SegmentationOutput
-
-        return SegmentationOutput(outputs[0], [])
-    return outputs[0]
+    return config_type(family).pack_outputs(outputs)
