@@ -108,8 +108,8 @@ def batch(c: dict, seed: int = 0):
 def compare(name: str, c: dict, rounds: int, calls: int) -> list[dict]:
     from benchmarks.harness import interleaved
     from vitlab.interop import model_from_checkpoint
-    from vitlab.tasks.detection.criterion import SetCriterion
-    from vitlab.tasks.detection.matcher import HungarianMatcher
+    from vitlab.models.detr_criterion import SetCriterion
+    from vitlab.models.detr_matcher import HungarianMatcher
 
     with tempfile.TemporaryDirectory() as folder:
         hf = huggingface_model(c, Path(folder))

@@ -84,8 +84,8 @@ def randomise(model: torch.nn.Module, seed: int) -> None:
 
 def check(variant: str, official, misc, size: int, seed: int) -> dict:
     from vitlab.interop import model_from_checkpoint
-    from vitlab.tasks.detection.criterion import SetCriterion
-    from vitlab.tasks.detection.matcher import HungarianMatcher
+    from vitlab.models.detr_criterion import SetCriterion
+    from vitlab.models.detr_matcher import HungarianMatcher
 
     args = official_args(**VARIANTS[variant])
     torch.manual_seed(seed)

@@ -6,9 +6,9 @@ import torch
 from torchvision.ops import box_convert, sigmoid_focal_loss
 
 from vitlab.models.detr import DetectionOutput
-from vitlab.tasks.detection.criterion import SetCriterion
-from vitlab.tasks.detection.matcher import HungarianMatcher
-from vitlab.tasks.detection.postprocess import postprocess
+from vitlab.models.detr_criterion import SetCriterion
+from vitlab.models.detr_matcher import HungarianMatcher
+from vitlab.models.detr_postprocess import postprocess
 
 from .test_detection import random_boxes, random_targets
 

@@ -10,10 +10,10 @@ from torchvision.ops import box_convert, generalized_box_iou
 
 import vitlab
 from vitlab.models.detr import DetectionOutput
+from vitlab.models.detr_criterion import SetCriterion
+from vitlab.models.detr_matcher import HungarianMatcher
+from vitlab.models.detr_postprocess import postprocess
 from vitlab.tasks.detection.coco_eval import coco_metrics
-from vitlab.tasks.detection.criterion import SetCriterion
-from vitlab.tasks.detection.matcher import HungarianMatcher
-from vitlab.tasks.detection.postprocess import postprocess
 from vitlab.tasks.detection.task import normalized_targets
 
 from ..models.detr_reference import official

@@ -38,7 +38,7 @@ from torch import nn
 from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
-from .detr import BoxHead, DetectionOutput, check_detector_inputs, detector_export_spec
+from .detr import BoxHead, DetectionOutput, SetPrediction, check_detector_inputs, detector_export_spec
 from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
@@ -271,8 +271,10 @@ class DeformableDETR(nn.Module):
 
 @register_config
 @dataclass(frozen=True)
-class DeformableDETRConfig(ModelFamily):
+class DeformableDETRConfig(SetPrediction, ModelFamily):
     family: ClassVar[str] = "deformable_detr"
+    tasks: ClassVar[tuple[str, ...]] = ("detection",)
+    focal: ClassVar[bool] = True
     title: ClassVar[str] = "Deformable DETR"
     description: ClassVar[str] = ("Deformable DETR (Zhu et al., ICLR 2021): DETR whose attention samples a few "
                                   "points of a multi-scale feature pyramid")

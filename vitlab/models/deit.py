@@ -35,6 +35,7 @@ class DeiTConfig(ViTConfig):
     """A ViT config whose model carries a distillation token and a second head."""
 
     family: ClassVar[str] = "deit"
+    tasks: ClassVar[tuple[str, ...]] = ("classification",)
     title: ClassVar[str] = "DeiT"
     description: ClassVar[str] = ("DeiT distilled (Touvron et al., ICML 2021): a ViT with a distillation token and "
                                   "head, trained against a teacher")

@@ -21,6 +21,7 @@ Glossary: B batch, H × W image, h × w feature map, D width, N object queries, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -167,10 +168,42 @@ class DETR(nn.Module):
         return DetectionOutput(logits[-1], boxes[-1], aux)
 
 
+class SetPrediction:
+    """What a DETR-style detector's config builds beside its model, as the official `build(args)` returns (model,
+    criterion, postprocessors): the Hungarian matcher and set loss it is trained with, and the rule that turns its
+    outputs into detections. `focal`: per-class sigmoid scores, the focal cost and loss weighed 2, top-k over
+    (query, class) pairs (Deformable DETR); else a softmax with a "no object" class (DETR)."""
+
+    focal: ClassVar[bool] = False
+
+    def build_criterion(self, cost_class: float | None = None, cost_bbox: float = 5.0, cost_giou: float = 2.0,
+                        eos_coef: float = 0.1, class_weight: float | None = None, bbox_weight: float = 5.0,
+                        giou_weight: float = 2.0, mean_over_processes: Callable[[float], float] | None = None):
+        """The set criterion (models/detr_criterion.py) with its matcher; None weights: the family's (2 with the
+        focal loss, 1 with the softmax)."""
+        from .detr_criterion import SetCriterion
+        from .detr_matcher import HungarianMatcher
+
+        default_class = 2.0 if self.focal else 1.0
+        cost_class = default_class if cost_class is None else cost_class
+        class_weight = default_class if class_weight is None else class_weight
+        matcher = HungarianMatcher(cost_class, cost_bbox, cost_giou, focal=self.focal)
+        return SetCriterion(self.num_classes, matcher, eos_coef, class_weight, bbox_weight, giou_weight,
+                            mean_over_processes=mean_over_processes, focal=self.focal)
+
+    def postprocess(self, outputs: DetectionOutput, image_sizes: torch.Tensor, threshold: float = 0.0
+                    ) -> list[dict[str, torch.Tensor]]:
+        """Detections in pixels (models/detr_postprocess.py) scored the family's way; image_sizes (B, 2) as (H, W)."""
+        from .detr_postprocess import postprocess
+
+        return postprocess(outputs, image_sizes, threshold, sigmoid=self.focal)
+
+
 @register_config
 @dataclass(frozen=True)
-class DETRConfig(ModelFamily):
+class DETRConfig(SetPrediction, ModelFamily):
     family: ClassVar[str] = "detr"
+    tasks: ClassVar[tuple[str, ...]] = ("detection",)
     title: ClassVar[str] = "DETR"
     description: ClassVar[str] = ("DETR (Carion et al., ECCV 2020): a ResNet, a Transformer encoder-decoder and object "
                                   "queries matched one-to-one to the objects")

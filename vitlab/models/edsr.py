@@ -83,6 +83,7 @@ class EDSR(nn.Module):
 @dataclass(frozen=True)
 class EDSRConfig(ModelFamily):
     family: ClassVar[str] = "edsr"
+    tasks: ClassVar[tuple[str, ...]] = ("restoration",)
     title: ClassVar[str] = "EDSR"
     description: ClassVar[str] = ("EDSR (Lim et al., CVPRW 2017): the residual convnet baseline of image "
                                   "restoration, one head and tail per task")

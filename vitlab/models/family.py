@@ -7,6 +7,7 @@ A family is one file in `models/`: its config dataclass (decorated with `@regist
     title           its name in prose ("Deformable DETR")
     description     one line: the paper and what the model is
     columns         what `vitlab models`'s columns mean for it, where not the obvious
+    tasks           the kinds of training (task packages) that train it
     summary()       the sizes `vitlab models` and `vitlab convert` print (image, patch, dim, depth, heads, classes)
     not_exportable  why its model cannot be one tensors-in, tensors-out graph (None: it can)
     wrong_on        runtime backends measured to compute it wrongly, with why
@@ -70,6 +71,7 @@ class ModelFamily:
     title: ClassVar[str] = ""  # its name in prose: "Deformable DETR"
     description: ClassVar[str] = ""
     columns: ClassVar[str] = ""
+    tasks: ClassVar[tuple[str, ...]] = ()  # the kinds of training that train it ("classification", ...)
     not_exportable: ClassVar[str | None] = None
     wrong_on: ClassVar[dict[str, str]] = {}
     releases: ClassVar[dict[str, Release]] = {}

@@ -156,6 +156,7 @@ class GPTPrior(nn.Module):
 @dataclass(frozen=True)
 class GPTPriorConfig(ModelFamily):
     family: ClassVar[str] = "gpt_prior"
+    tasks: ClassVar[tuple[str, ...]] = ("prior",)
     title: ClassVar[str] = "GPT prior"
     description: ClassVar[str] = ("the VQGAN's Transformer prior (Esser et al., CVPR 2021): a GPT over code "
                                   "sequences, optionally class-conditional")

@@ -222,6 +222,7 @@ class IPT(nn.Module):
 @dataclass(frozen=True)
 class IPTConfig(ModelFamily):
     family: ClassVar[str] = "ipt"
+    tasks: ClassVar[tuple[str, ...]] = ("restoration",)
     title: ClassVar[str] = "IPT"
     description: ClassVar[str] = ("IPT (Chen et al., CVPR 2021): per-task convolutional heads and tails around one "
                                   "shared Transformer body, for super-resolution, denoising and deraining")

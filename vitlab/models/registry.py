@@ -65,6 +65,21 @@ def list_models(pattern: str = "*") -> list[str]:
     return sorted(name for name in _PRESETS if fnmatch.fnmatch(name, pattern))
 
 
+def models_for_task(task: str, pattern: str = "*") -> list[str]:
+    """The registered models whose family is trained by `task` (its `tasks`)."""
+    return [name for name in list_models(pattern) if task in getattr(get_config(name), "tasks", ())]
+
+
+def check_model_for_task(name: str, task: str) -> Any:
+    """The config of registered model `name`, if its family is one `task` trains; else a clear error."""
+    config = get_config(name)
+    if task not in getattr(config, "tasks", ()):
+        known = ", ".join(models_for_task(task)) or "none"
+        raise ValueError(f"{name!r} is a {getattr(config, 'title', '') or config.family} model, which the {task} task "
+                         f"does not train; its models: {known}")
+    return config
+
+
 def get_config(name: str, **overrides: Any) -> Any:
     """The config of a registered model with overrides applied."""
     _import_families()

@@ -35,6 +35,7 @@ from .registry import register_config
 @dataclass(frozen=True)
 class Seq2SeqConfig(ModelFamily):
     family: ClassVar[str] = "seq2seq"
+    tasks: ClassVar[tuple[str, ...]] = ("seq2seq",)
     title: ClassVar[str] = "Transformer"
     description: ClassVar[str] = ("the Transformer (Vaswani et al., NeurIPS 2017): an encoder-decoder over token "
                                   "sequences")

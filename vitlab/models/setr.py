@@ -275,6 +275,7 @@ class SETR(nn.Module):
 @dataclass(frozen=True)
 class SETRConfig(ModelFamily):
     family: ClassVar[str] = "setr"
+    tasks: ClassVar[tuple[str, ...]] = ("segmentation",)
     title: ClassVar[str] = "SETR"
     description: ClassVar[str] = ("SETR (Zheng et al., CVPR 2021): a ViT encoder and a convolutional decoder for "
                                   "semantic segmentation")

@@ -39,6 +39,7 @@ V1_STEM_CHANNELS = (32, 64)  # version 1's default stem, what patch_proj="convst
 @dataclass(frozen=True)
 class ViTConfig(ModelFamily):
     family: ClassVar[str] = "vit"
+    tasks: ClassVar[tuple[str, ...]] = ("classification",)
     title: ClassVar[str] = "ViT"
     description: ClassVar[str] = ("ViT, the Vision Transformer (Dosovitskiy et al., ICLR 2021): image patches as "
                                   "tokens through a pre-norm Transformer encoder, classified from the class token")

@@ -240,6 +240,7 @@ class VQGAN(nn.Module):
 @dataclass(frozen=True)
 class VQGANConfig(ModelFamily):
     family: ClassVar[str] = "vqgan"
+    tasks: ClassVar[tuple[str, ...]] = ("vqgan",)
     title: ClassVar[str] = "VQGAN"
     description: ClassVar[str] = ("VQGAN (Esser et al., CVPR 2021): a convolutional autoencoder with a learned "
                                   "codebook, trained with perceptual and adversarial losses")

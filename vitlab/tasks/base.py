@@ -42,6 +42,7 @@ class Task:
     extra_files: ClassVar[tuple[str, ...]] = ()  # files the task writes into a run folder besides the loop's
     resumable: ClassVar[tuple[str, ...]] = ()  # task options a resumed run may change
     unused_parameters: ClassVar[bool] = False  # a step leaves some parameters without gradients (DDP must know)
+    model_noun: ClassVar[str] = "a model"  # what --model must name, in an error: "a detector"
     # the module with a finished run's evaluate_run, format_evaluation, predict_files and format_prediction, imported
     # only when `vitlab eval` / `vitlab predict` need it (detection's and segmentation's `inference.py`)
     inference_module: ClassVar[str | None] = None
@@ -66,6 +67,19 @@ class Task:
 
     def build_model(self) -> nn.Module:
         raise NotImplementedError
+
+    def model_config(self, name: str | None = None) -> Any:
+        """The config of the registered model `name` (default: the task's `model` option), which must be of a
+        family that declares this task among its `tasks`."""
+        from ..engine.options import OptionError
+        from ..models.registry import get_config, models_for_task
+
+        name = name or self.config.model
+        config = get_config(name)
+        if self.name not in getattr(config, "tasks", ()):
+            raise OptionError("model", f"must be {self.model_noun} ({', '.join(models_for_task(self.name))}), got "
+                                       f"{name!r}")
+        return config
 
     def loss(self, model: nn.Module, batch: Any) -> dict[str, Any]:
         raise NotImplementedError

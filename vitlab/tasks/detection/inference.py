@@ -25,8 +25,7 @@ from ...data.coco import (
 )
 from ...engine.loaders import EpochDataLoader
 from .coco_eval import format_table
-from .postprocess import postprocess
-from .task import sigmoid_scores
+from .task import postprocessed
 
 
 def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
@@ -71,8 +70,7 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
         pixels = TF.to_dtype(TF.to_image(pil), torch.float32, scale=True)  # (3, H, W) in [0, 1]
         image = transforms(pixels)
         outputs = model(image[None].to(device))
-        found = postprocess(outputs, torch.tensor([[pil.height, pil.width]]), threshold,
-                            sigmoid=sigmoid_scores(model))[0]
+        found = postprocessed(model, outputs, torch.tensor([[pil.height, pil.width]]), threshold)[0]
         detections = [{"label": classes[label], "category_id": category_ids[label], "score": round(score, 4),
                        "box": [round(v, 1) for v in box]}
                       for label, score, box in zip(found["labels"].tolist(), found["scores"].tolist(),

@@ -16,26 +16,26 @@ from torch import nn
 from torchvision.ops import box_convert
 
 from ...data.coco import IMAGENET_MEAN, IMAGENET_STD, CocoDetection, detection_transforms, find_split, pad_collate
-from ...engine.distributed import DistInfo, gather_objects
+from ...engine.distributed import DistInfo, all_reduce_sum, gather_objects
 from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.backbones import classifier_to_backbone_state
-from ...models.registry import create_model, get_config
+from ...models.detr_postprocess import postprocess
+from ...models.registry import create_model
 from ..base import Task, with_absolute_paths
 from .coco_eval import coco_metrics
 from .config import DetectionConfig
-from .criterion import SetCriterion
-from .matcher import HungarianMatcher
-from .postprocess import postprocess
-
-DETECTORS = ("detr", "deformable_detr")  # the model families this task trains
 
 
-def sigmoid_scores(model: nn.Module) -> bool:
-    """Whether the model scores each class by its own sigmoid (Deformable DETR) rather than a softmax with a
-    no-object class (DETR)."""
-    return getattr(getattr(model, "config", None), "family", "detr") == "deformable_detr"
+def postprocessed(model: nn.Module, outputs, image_sizes: torch.Tensor, threshold: float = 0.0
+                  ) -> list[dict[str, torch.Tensor]]:
+    """Detections in pixels by the model family's own rule (its config's `postprocess`); a stand-in module without
+    a vitlab config is read by the plain rule, a softmax with a "no object" class."""
+    config = getattr(model, "config", None)
+    if hasattr(config, "postprocess"):
+        return config.postprocess(outputs, image_sizes, threshold)
+    return postprocess(outputs, image_sizes, threshold)
 
 
 def normalized_targets(targets: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
@@ -51,6 +51,7 @@ def normalized_targets(targets: list[dict[str, Any]]) -> list[dict[str, torch.Te
 
 class DetectionTask(Task):
     name: ClassVar[str] = "detection"
+    model_noun: ClassVar[str] = "a detector"
     Config: ClassVar[type] = DetectionConfig
     best: ClassVar[tuple[str, str]] = ("map", "max")
     sample_name: ClassVar[str] = "images"
@@ -111,10 +112,7 @@ class DetectionTask(Task):
     # -- model and loss ------------------------------------------------------------------------------------------
     def build_model(self, num_classes: int | None = None) -> nn.Module:
         c = self.config
-        family = get_config(c.model).family
-        if family not in DETECTORS:
-            raise OptionError("model", f"must be a detector (vitlab models 'detr*' or 'deformable_detr*'), got "
-                              f"{c.model!r}")
+        self.model_config()
         overrides = {key: getattr(c, key) for key in ("num_queries", "dropout") if getattr(c, key) is not None}
         classes = num_classes or self.train_set.num_classes
         model = create_model(c.model, num_classes=classes, aux_loss=c.aux_loss, **overrides)
@@ -127,14 +125,15 @@ class DetectionTask(Task):
             else:
                 classifier = read_state_dict(weights_file(c.backbone_weights))[0]
                 load_weights(model.backbone, classifier_to_backbone_state(classifier, model.backbone))
-        focal = family == "deformable_detr"  # sigmoid scores and the focal loss, and their class cost and weight 2
-        default_class = 2.0 if focal else 1.0
-        cost_class = default_class if c.cost_class is None else c.cost_class
-        class_weight = default_class if c.class_weight is None else c.class_weight
-        self.criterion = SetCriterion(classes, HungarianMatcher(cost_class, c.cost_bbox, c.cost_giou, focal=focal),
-                                      c.eos_coef, class_weight, c.bbox_weight, c.giou_weight, dist=self.dist,
-                                      focal=focal)
+        # the family's matcher and set loss (softmax and no-object, or sigmoid focal), the task's weights
+        self.criterion = model.config.build_criterion(c.cost_class, c.cost_bbox, c.cost_giou, c.eos_coef,
+                                                      c.class_weight, c.bbox_weight, c.giou_weight,
+                                                      mean_over_processes=self.mean_over_processes)
         return model
+
+    def mean_over_processes(self, value: float) -> float:
+        total, = all_reduce_sum([value], self.dist)
+        return total / self.dist.world_size
 
     def lr_scales(self) -> dict[str, float]:
         """The backbone trains at backbone_lr: its parameters' share of the loop's lr. Deformable DETR's sampling
@@ -167,7 +166,7 @@ class DetectionTask(Task):
         for images, padding_mask, targets in loader:
             outputs = model(images.to(device), padding_mask.to(device))
             sizes = torch.stack([t["orig_size"] for t in targets])
-            for target, found in zip(targets, postprocess(outputs, sizes, sigmoid=sigmoid_scores(model))):
+            for target, found in zip(targets, postprocessed(model, outputs, sizes)):
                 xywh = box_convert(found["boxes"], "xyxy", "xywh").cpu().tolist()
                 for box, score, label in zip(xywh, found["scores"].tolist(), found["labels"].tolist()):
                     detections.append({"image_id": target["image_id"], "category_id": label_to_category[label],

@@ -24,7 +24,7 @@ from ...engine.distributed import DistInfo
 from ...engine.loaders import TensorBatches
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
-from ...models.registry import create_model, get_config
+from ...models.registry import create_model
 from ..base import Task, with_absolute_paths
 from .config import PriorTaskConfig
 from .metrics import batches, from_uint8, generation_scores, load_classifier_features, to_unit
@@ -95,6 +95,7 @@ def balanced_labels(n: int, num_classes: int) -> torch.Tensor:
 
 class PriorTask(Task):
     name: ClassVar[str] = "prior"
+    model_noun: ClassVar[str] = "a prior"
     Config: ClassVar[type] = PriorTaskConfig
     best: ClassVar[tuple[str, str]] = ("test_loss", "min")
     sample_name: ClassVar[str] = "sequences"
@@ -137,8 +138,7 @@ class PriorTask(Task):
 
     def build_model(self) -> nn.Module:
         c = self.config
-        if get_config(c.model).family != "gpt_prior":
-            raise OptionError("model", f"must be a prior (gpt_prior_small), got {c.model!r}")
+        self.model_config()
         grid = tuple(self.vqgan.encode(torch.zeros(1, self.images.channels, self.images.size, self.images.size,
                                                    device=next(self.vqgan.parameters()).device)).shape[-2:])
         return create_model(c.model, num_codes=self.vqgan.config.num_codes, grid=grid,

@@ -46,6 +46,7 @@ def load_perceptual_loss() -> nn.Module:
 
 class VQGANTask(Task):
     name: ClassVar[str] = "vqgan"
+    model_noun: ClassVar[str] = "a VQGAN"
     Config: ClassVar[type] = VQGANTaskConfig
     best: ClassVar[tuple[str, str]] = ("psnr", "max")
     sample_name: ClassVar[str] = "images"
@@ -96,9 +97,7 @@ class VQGANTask(Task):
     # -- model and training --------------------------------------------------------------------------------------
     def build_model(self) -> nn.Module:
         c = self.config
-        config = get_config(c.model)
-        if config.family != "vqgan":
-            raise OptionError("model", f"must be a VQGAN (vqgan_small, vqgan_f16_1024), got {c.model!r}")
+        config = self.model_config()
         if not config.disc_layers:
             raise OptionError("model", f"{c.model} has no discriminator (disc_layers=0); training needs one")
         model = create_model(c.model, resolution=self.image_size())

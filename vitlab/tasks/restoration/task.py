@@ -13,6 +13,7 @@ A batch is (lq (B, 3, p, p), hq (B, 3, p·s, p·s) in [0, 1], task (B,)[, photog
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from pathlib import Path
@@ -33,7 +34,6 @@ from ..base import Task, with_absolute_paths
 from .config import RestorationConfig
 from .metrics import restoration_scores
 
-FAMILIES = ("ipt", "edsr")
 METRICS = ("psnr_y", "ssim_y", "psnr_rgb")
 
 
@@ -72,6 +72,7 @@ def find_photographs(data: str, eval_data: str | None = None) -> tuple[list[Path
 
 class RestorationTask(Task):
     name: ClassVar[str] = "restoration"
+    model_noun: ClassVar[str] = "a restoration model"
     Config: ClassVar[type] = RestorationConfig
     best: ClassVar[tuple[str, str]] = ("psnr_y", "max")
     sample_name: ClassVar[str] = "patches"
@@ -138,13 +139,11 @@ class RestorationTask(Task):
     # -- model and loss ------------------------------------------------------------------------------------------
     def build_model(self) -> nn.Module:
         c = self.config
-        family = get_config(c.model).family
-        if family not in FAMILIES:
-            raise OptionError("model", f"must be a restoration model (ipt_small, ipt_base, edsr_baseline), got "
-                              f"{c.model!r}")
-        if c.contrastive_weight > 0 and family != "ipt":
-            raise OptionError("contrastive_weight", f"needs IPT's transformer features; {c.model} has none")
+        self.model_config()
         model = create_model(c.model, degradations=self.tasks)
+        if c.contrastive_weight > 0 and "return_tokens" not in inspect.signature(model.forward).parameters:
+            raise OptionError("contrastive_weight", f"needs a transformer's token features (IPT's); {c.model} has "
+                                                    f"none")
         if c.weights:
             load_start(model, c.weights)
         return model
@@ -204,18 +203,13 @@ class RestorationTask(Task):
 def load_start(model: nn.Module, path: str) -> None:
     """Weights to start from, matched by task name: a restoration run or file in vitlab's names, or an official
     IPT checkpoint. Tasks the checkpoint lacks keep their fresh head, tail and task embedding."""
-    import json
 
     from ...interop.formats import read_checkpoint
-    from ...interop.weights import CONFIG_KEY
     from ..classification.task import weights_file
 
     state, info = read_checkpoint(weights_file(path))
-    if info.format == "ipt":
-        theirs = tuple(info.architecture["degradations"])
-    elif CONFIG_KEY in info.metadata:
-        theirs = tuple(json.loads(info.metadata[CONFIG_KEY]).get("degradations", ()))
-    else:
+    theirs = tuple(info.architecture.get("degradations", ()))  # what the file's config (or converter) says
+    if not theirs:
         raise ValueError(f"{path} is neither an IPT checkpoint nor a vitlab restoration file")
     mine = model.state_dict()
     loaded, renamed = [], {}

@@ -41,6 +41,7 @@ def pixel_cross_entropy(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tens
 
 class SegmentationTask(Task):
     name: ClassVar[str] = "segmentation"
+    model_noun: ClassVar[str] = "a segmentation model"
     Config: ClassVar[type] = SegmentationConfig
     best: ClassVar[tuple[str, str]] = ("miou", "max")
     sample_name: ClassVar[str] = "images"
@@ -107,8 +108,7 @@ class SegmentationTask(Task):
     # -- model and loss ------------------------------------------------------------------------------------------
     def build_model(self, num_classes: int | None = None) -> nn.Module:
         c = self.config
-        if get_config(c.model).family != "setr":
-            raise OptionError("model", f"must be a SETR model (vitlab models 'setr*'), got {c.model!r}")
+        self.model_config()
         classes = num_classes or len(self.class_names)
         model = create_model(c.model, num_classes=classes, img_size=self.crop_size())
         if c.weights:

@@ -18,30 +18,32 @@ With `focal` (Deformable DETR, Zhu et al. 2021, §A.2) the class term is the sig
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torchvision.ops import box_convert, generalized_box_iou, sigmoid_focal_loss
 
-from ...engine.distributed import DistInfo, all_reduce_sum
-from ...models.detr import DetectionOutput
-from .matcher import HungarianMatcher, Match
+from .detr import DetectionOutput
+from .detr_matcher import HungarianMatcher, Match
 
 
 class SetCriterion:
     def __init__(self, num_classes: int, matcher: HungarianMatcher, eos_coef: float = 0.1, class_weight: float = 1.0,
-                 bbox_weight: float = 5.0, giou_weight: float = 2.0, dist: DistInfo | None = None,
-                 focal: bool = False, focal_alpha: float = 0.25) -> None:
+                 bbox_weight: float = 5.0, giou_weight: float = 2.0,
+                 mean_over_processes: Callable[[float], float] | None = None, focal: bool = False,
+                 focal_alpha: float = 0.25) -> None:
         self.num_classes, self.matcher, self.eos_coef = num_classes, matcher, eos_coef
         self.focal, self.focal_alpha = focal, focal_alpha
         self.weights = {"loss_ce": class_weight, "loss_bbox": bbox_weight, "loss_giou": giou_weight}
         self.class_weights = torch.ones(num_classes + 1)
         self.class_weights[-1] = eos_coef  # "no object" is most predictions' target: down-weighted (§4)
-        self.dist = dist or DistInfo()
+        # under torchrun the trainer's mean of a number over the processes (models/ know no process group)
+        self.mean_over_processes = mean_over_processes or (lambda value: value)
 
     def num_objects(self, targets: list[dict[str, torch.Tensor]]) -> float:
         """Objects per process, averaged over processes (the box terms' divisor), at least 1."""
-        total, = all_reduce_sum([float(sum(len(t["labels"]) for t in targets))], self.dist)
-        return max(total / self.dist.world_size, 1.0)
+        return max(self.mean_over_processes(float(sum(len(t["labels"]) for t in targets))), 1.0)
 
     def __call__(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """targets[b]: "labels" (M_b,) in 0 … K-1, "boxes" (M_b, 4) normalised cxcywh. Returns "loss" (the weighted
