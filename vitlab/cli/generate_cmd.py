@@ -40,13 +40,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     r.set_defaults(run=run_reconstruct)
 
 
-def _load(run_dir: str, which: str):
+def _load(run_dir: str, which: str, command: str):
     from ..engine.run import RunDir
-    from ..tasks import load_task
+    from ..tasks.launch import load_task_for
 
-    task, saved = load_task(run_dir)
-    if task.name not in ("vqgan", "prior"):
-        raise ValueError(f"{run_dir} is a {task.name} run; this command takes a --task vqgan or --task prior run")
+    task, saved = load_task_for(run_dir, command)
     which = which if RunDir(run_dir).weights_file(which).is_file() else "last"
     return task, RunDir(run_dir).load_model(which), saved
 
@@ -56,7 +54,7 @@ def run_sample(args: argparse.Namespace) -> int:
 
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}")
-    task, model, saved = _load(args.run_dir, args.weights)
+    task, model, saved = _load(args.run_dir, args.weights, "sample")
     result = sample_grid(task, model, saved, args.out, args.class_index, args.n, args.temperature, args.top_k,
                          args.top_p, args.seed, args.use_cache)
     print(json.dumps(result) if args.json else f"{result['samples']} samples of {', '.join(result['classes'])} "
@@ -67,7 +65,7 @@ def run_sample(args: argparse.Namespace) -> int:
 def run_reconstruct(args: argparse.Namespace) -> int:
     from ..tasks.generation.inference import format_reconstruction, reconstruct_files
 
-    task, model, saved = _load(args.run_dir, args.weights)
+    task, model, saved = _load(args.run_dir, args.weights, "reconstruct")
     results = reconstruct_files(task, model, saved, args.images, args.out)
     print(json.dumps(results) if args.json else "\n".join(format_reconstruction(item) for item in results))
     return 0

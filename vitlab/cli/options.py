@@ -17,6 +17,8 @@ def _value_type(hint: Any) -> tuple[Any, int | None]:
     """(the type argparse converts with, nargs) of a field's type hint: int | None -> (int, None)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    if typing.get_origin(hint) is list:  # a repeated flag: each one value
+        return typing.get_args(hint)[0], None
     if typing.get_origin(hint) is tuple:
         args = typing.get_args(hint)
         return args[0], len(args)
@@ -53,7 +55,9 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         text = f"{meta.get('help', '')} (default: {shown})"
         kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS, "help": text}
         value_type, nargs = _value_type(hints[field.name])
-        if value_type is bool:
+        if meta.get("repeat"):
+            kwargs.update(action="append", type=value_type, metavar=meta.get("metavar"))
+        elif value_type is bool:
             kwargs["action"] = "store_false" if default is True else "store_true"
         else:
             kwargs.update(type=value_type, metavar=meta.get("metavar"))
@@ -71,3 +75,33 @@ def given(args: argparse.Namespace, exclude: tuple[str, ...] = ()) -> dict[str, 
     """The options the user typed (generated options are absent from the namespace otherwise)."""
     return {key: value for key, value in vars(args).items()
             if key not in ("command", "run", *exclude)}
+
+
+def add_task_options(parser: argparse.ArgumentParser, attribute: str) -> list[str]:
+    """One flag per field of every task's options dataclass named `attribute` ("EvalOptions", "PredictOptions"),
+    in a group per task; a field several tasks share is one flag, its help saying what it means for each. Returns
+    the field names added (what `task_options` picks from the parsed arguments)."""
+    from ..tasks import TASKS
+
+    added: list[str] = []
+    for name, task in TASKS.items():
+        options = getattr(task, attribute)
+        shared = [f for f in dataclasses.fields(options) if f.name in added and f.metadata.get("cli", True)]
+        text = "; ".join(f"{flag_of(f)}: {f.metadata.get('help', '')} (default: "
+                         f"{f.metadata.get('default_text') or _shown(f.default)})" for f in shared)
+        group = parser.add_argument_group(f"a {name} run", description=f"also: {text}" if text else None)
+        added += add_config_options(group, options, skip=set(added))
+    return added
+
+
+def task_options(args: argparse.Namespace, names: list[str], task: Any, attribute: str) -> dict[str, Any]:
+    """The task options the user typed, refused where the run's task does not take them."""
+    from ..engine.options import OptionError
+
+    typed = {key: value for key, value in vars(args).items() if key in names}
+    takes = [f.name for f in dataclasses.fields(getattr(task, attribute)) if f.metadata.get("cli", True)]
+    for key in typed:
+        if key not in takes:
+            flags = ", ".join(flag_of(f) for f in dataclasses.fields(getattr(task, attribute)) if f.name in takes)
+            raise OptionError(key, f"is not an option of a {task.name} run; it takes {flags or 'none'}")
+    return typed

@@ -35,12 +35,9 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from ..engine.run import RunDir
-    from ..tasks import load_task
+    from ..tasks.launch import load_task_for
 
-    task, saved = load_task(args.run_dir)
-    if task.name != "restoration":
-        raise ValueError(f"{args.run_dir} is a {task.name} run; `vitlab restore` takes restoration runs (`vitlab "
-                         f"predict` serves the others)")
+    task, saved = load_task_for(args.run_dir, "restore")
     changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap))
                if value is not None}
     task.config = dataclasses.replace(task.config, **changes)

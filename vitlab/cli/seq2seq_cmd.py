@@ -36,9 +36,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from ..tasks.seq2seq import Seq2SeqTask
     from .train import train_and_report
 
-    return train_and_report("seq2seq", given(args))
+    return train_and_report(Seq2SeqTask.name, given(args))
 
 
 def run_translate(args: argparse.Namespace) -> int:

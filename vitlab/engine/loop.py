@@ -32,7 +32,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -147,7 +147,29 @@ class Stepper:
 
 
 # ---- the loop --------------------------------------------------------------------------------------------------
-def fit(task: Any, model: nn.Module, data: TaskData, config: LoopConfig, run: RunDir, *, resume: bool = False,
+@runtime_checkable
+class Trainable(Protocol):
+    """What the loop asks of a task (tasks/base.py's Task is one)."""
+
+    best: tuple[str, str]  # the metric that picks best.safetensors and its direction: ("val_acc", "max")
+    sample_name: str  # what the throughput counts ("images" -> train_images_per_s)
+    unused_parameters: bool  # a step leaves some parameters without gradients (DDP must know)
+
+    def loss(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]: ...
+
+    def evaluate(self, model: nn.Module, data: Any) -> dict[str, Any]: ...
+
+    def optimized_modules(self, model: nn.Module) -> dict[str, nn.Module]: ...
+
+    def lr_scales(self) -> dict[str, float]: ...
+
+    def num_samples(self, batch: Any) -> int: ...
+
+    def train_step(self, model: nn.Module, batch: Any, stepper: Stepper) -> dict[str, torch.Tensor] | None:
+        """One step of a task with several optimizers; None: the loop's own step on `loss`."""
+
+
+def fit(task: Trainable, model: nn.Module, data: TaskData, config: LoopConfig, run: RunDir, *, resume: bool = False,
         run_info: dict[str, Any] | None = None, dist: DistInfo | None = None) -> dict[str, Any]:
     """Train `model` on `data.train` with `task.loss`, evaluate with `task.evaluate`; returns the last metrics row.
 
@@ -277,7 +299,7 @@ class _Loop:
             # a multi-task step (IPT) uses one task's head and tail: the others get no gradient that step
             self.train_model = DistributedDataParallel(
                 self.forward_model, device_ids=[self.device] if self.device.type == "cuda" else None,
-                find_unused_parameters=getattr(self.task, "unused_parameters", False))
+                find_unused_parameters=self.task.unused_parameters)
         end = self._end_step()
         if self.step >= end:
             return self._nothing_to_do()
@@ -355,11 +377,9 @@ class _Loop:
         stepper.stepping = last_of_step
         batch = self._to_device(batch)
         sync = contextlib.nullcontext() if last_of_step or not self.dist.distributed else model.no_sync()
-        custom_step = getattr(self.task, "train_step", None)
         with sync, autocast(self.device, self.config.precision):
-            if custom_step is not None:
-                losses = custom_step(model, batch, stepper)
-            else:
+            losses = self.task.train_step(model, batch, stepper)
+            if losses is None:
                 losses = self.task.loss(model, batch)
                 stepper.backward(losses["loss"])
                 stepper.step("model")

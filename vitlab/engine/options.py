@@ -46,15 +46,16 @@ class FixedOptionsError(ValueError):
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None,
            flag: str | None = None, metavar: str | None = None, cli: bool = True, default_factory: Any = None,
-           default_text: str | None = None) -> Any:
+           default_text: str | None = None, repeat: bool = False) -> Any:
     """A dataclass field with the metadata the command line is generated from.
 
     `choices` are also checked by `check_choices`; `flag` renames the flag (e.g. "--no-hflip" for a field
     whose default is True); `cli=False` keeps a field out of the command line (a dict of model overrides);
-    `default_text` says what the default is where the value itself would mislead ("the recipe's").
+    `default_text` says what the default is where the value itself would mislead ("the recipe's"); `repeat`: the
+    flag may be given several times, each adding one value to a list (`--degradation sr2 --degradation sr4`).
     """
     metadata = {"help": help, "choices": choices, "flag": flag, "metavar": metavar, "cli": cli,
-                "default_text": default_text}
+                "default_text": default_text, "repeat": repeat}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

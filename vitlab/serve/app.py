@@ -9,19 +9,56 @@ Both the API and the page call `runs.predict` on the same bounded worker pool.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import types
+import typing
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi import FastAPI, File, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from .. import __version__
 from .pool import WorkerPool
-from .runs import OPTIONS, ServedRun, predict
+from .runs import ServedRun, predict
 from .uploads import BadInput, ImageLimits, read_image
 
-FORM_FIELDS = {"image", "reference"} | {name for options in OPTIONS.values() for name in options}
+UPLOADS = ("image", "reference")
+
+
+def form_fields() -> dict[str, type]:
+    """Every task's form fields (their ServeOptions) with the type each is read as; uploads are files, not fields."""
+    from ..tasks import TASKS
+
+    fields: dict[str, type] = {}
+    for task in TASKS.values():
+        hints = typing.get_type_hints(task.ServeOptions)
+        for field in dataclasses.fields(task.ServeOptions):
+            if field.name not in UPLOADS:
+                fields.setdefault(field.name, _value_type(hints[field.name]))
+    return fields
+
+
+def _value_type(hint: Any) -> type:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return hint
+
+
+def parse_field(name: str, text: str, kind: type) -> Any:
+    """A form field's text as its option's type."""
+    if kind is bool:
+        if text.lower() in ("true", "1", "yes", "on"):
+            return True
+        if text.lower() in ("false", "0", "no", "off"):
+            return False
+    else:
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise BadInput(422, f"{name} must be {'true or false' if kind is bool else 'a ' + kind.__name__}, got {text!r}")
 
 
 def finite(value: Any) -> Any:
@@ -40,6 +77,7 @@ def create_app(runs: list[ServedRun], pool: WorkerPool | None = None, limits: Im
     pool = pool or WorkerPool()
     limits = limits or ImageLimits()
     by_name = {run.name: run for run in runs}
+    fields = form_fields()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -76,25 +114,15 @@ def create_app(runs: list[ServedRun], pool: WorkerPool | None = None, limits: Im
         image: Annotated[UploadFile | None, File(description="the image (PNG, JPEG, WebP, ...)")] = None,
         reference: Annotated[UploadFile | None, File(description="restoration: the clean image to score against")
                              ] = None,
-        top_k: Annotated[int | None, Form(description="classification: classes to return; prior: sample among the "
-                                                      "k most likely codes")] = None,
-        attention: Annotated[bool | None, Form(description="classification: return the attention maps")] = None,
-        threshold: Annotated[float | None, Form(description="detection: the score threshold")] = None,
-        degradation: Annotated[str | None, Form(description="restoration: what to undo")] = None,
-        class_index: Annotated[int | None, Form(description="prior: the class to draw")] = None,
-        n: Annotated[int | None, Form(description="prior: how many samples")] = None,
-        temperature: Annotated[float | None, Form(description="prior: softmax temperature")] = None,
-        top_p: Annotated[float | None, Form(description="prior: nucleus probability")] = None,
-        seed: Annotated[int | None, Form(description="prior: seed of the draws")] = None,
     ) -> dict[str, Any]:
         run = find(name)
-        unknown = sorted(set((await request.form()).keys()) - FORM_FIELDS)
+        form = await request.form()
+        unknown = sorted(set(form.keys()) - set(fields) - set(UPLOADS))
         if unknown:
             raise BadInput(422, f"unknown form field(s) {', '.join(unknown)}: a {run.kind} run takes `image` and "
-                                f"{', '.join(OPTIONS[run.kind]) or 'no options'}")
-        given = {"top_k": top_k, "attention": attention, "threshold": threshold, "degradation": degradation,
-                 "class_index": class_index, "n": n, "temperature": temperature, "top_p": top_p, "seed": seed}
-        options = {key: value for key, value in given.items() if value is not None}
+                                f"{', '.join(run.options) or 'no options'}")
+        options = {key: parse_field(key, str(value), fields[key]) for key, value in form.items()
+                   if key not in UPLOADS}
         picture = await read_upload(image, "image") if image is not None else None
         clean = await read_upload(reference, "reference") if reference is not None else None
         filename = image.filename if image is not None else None

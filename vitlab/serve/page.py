@@ -31,7 +31,7 @@ def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> 
         with gr.Tabs():
             for run in runs:
                 with gr.Tab(f"{run.name} · {run.kind}", id=run.name, elem_id=f"tab-{run.name}"):
-                    TABS[run.kind](run, answer)
+                    TABS[run.task.page](run, answer)
     return page
 
 
@@ -208,5 +208,6 @@ def _prior(run: ServedRun, answer) -> None:
     button.click(sample, [chosen, n, temperature, top_k, top_p, seed], [grid])
 
 
-TABS = {"classification": _classification, "detection": _detection, "segmentation": _segmentation,
-        "restoration": _restoration, "vqgan": _vqgan, "prior": _prior}
+# the page's layouts, by what a task says its answer shows (`Task.page`)
+TABS = {"classes": _classification, "boxes": _detection, "mask": _segmentation, "restored": _restoration,
+        "reconstruction": _vqgan, "samples": _prior}

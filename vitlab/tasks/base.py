@@ -9,14 +9,24 @@ A task supplies
     evaluate(model, data) -> dict[str, float], reduced over processes
     best               the metric that picks best.safetensors and its direction: ("test_acc", "max")
 and, optionally, `optimized_modules(model)` with `train_step(model, batch, stepper)` for several optimizers.
-For `vitlab eval` and `vitlab predict` it also knows how to evaluate a finished run and predict with it.
 It never writes its own loop.
+
+Its inference side, for `vitlab eval`, `vitlab predict`, the server and the runtimes, which dispatch through it:
+    EvalOptions, PredictOptions, ServeOptions   typed options (dataclasses of `option` fields): the command line's
+                                                flags and the server's form fields are generated from them
+    evaluate_run(), format_evaluation()         a finished run scored on its held-out data, as JSON and as text
+    predict(), format_prediction()              what the run makes of input files
+    answer()                                    the server's JSON for one upload (pictures as PIL images or files)
+    page                                        what the server's page shows for it (a layout of serve/page.py)
+    examples()                                  images to try it on
+    python_loop                                 why its inference cannot run on an inference runtime, if it cannot
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,6 +44,15 @@ def with_absolute_paths(config: Any, *keys: str) -> Any:
     return dataclasses.replace(config, **changes) if changes else config
 
 
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a task that takes none here."""
+
+
+DOCS_EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"  # Fashion-MNIST test images, in a checkout
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+
 class Task:
     name: ClassVar[str]
     Config: ClassVar[type]
@@ -43,9 +62,16 @@ class Task:
     resumable: ClassVar[tuple[str, ...]] = ()  # task options a resumed run may change
     unused_parameters: ClassVar[bool] = False  # a step leaves some parameters without gradients (DDP must know)
     model_noun: ClassVar[str] = "a model"  # what --model must name, in an error: "a detector"
-    # the module with a finished run's evaluate_run, format_evaluation, predict_files and format_prediction, imported
-    # only when `vitlab eval` / `vitlab predict` need it (detection's and segmentation's `inference.py`)
+    # the module with a finished run's evaluate_run, format_evaluation, predict_files, format_prediction and answer,
+    # imported only when `vitlab eval` / `vitlab predict` / the server need it (e.g. detection's `inference.py`)
     inference_module: ClassVar[str | None] = None
+    EvalOptions: ClassVar[type] = NoOptions
+    PredictOptions: ClassVar[type] = NoOptions
+    ServeOptions: ClassVar[type] = NoOptions
+    python_loop: ClassVar[str | None] = None  # why inference runs on torch only (it decodes in a Python loop)
+    needs_image: ClassVar[bool] = True  # the server's answer needs an uploaded image
+    page: ClassVar[str | None] = None  # the server page's layout for it; None: the server does not serve it
+    commands: ClassVar[tuple[str, ...]] = ()  # the task's own `vitlab` commands besides eval and predict
 
     def __init__(self, config: Any, loop: LoopConfig | None = None, dist: DistInfo | None = None) -> None:
         self.config = config
@@ -105,21 +131,69 @@ class Task:
     def check_resume(self, saved: dict[str, Any]) -> None:
         """Refuse to resume on data other than the run's own (`saved` is the run's config.json)."""
 
+    def train_step(self, model: nn.Module, batch: Any, stepper: Any) -> dict[str, Any] | None:
+        """One training step of a task with several optimizers (`optimized_modules`), stepping them through
+        `stepper`; None (the default): the loop takes its one step on `loss`."""
+        return None
+
     # -- a finished run: `vitlab eval` and `vitlab predict`, through `inference_module` ------------------------
-    def _inference(self):
-        if self.inference_module is None:
-            raise NotImplementedError(f"the {self.name} task has no evaluation or prediction of a finished run")
-        return importlib.import_module(self.inference_module)
+    @classmethod
+    def _inference(cls):
+        if cls.inference_module is None:
+            raise NotImplementedError(f"the {cls.name} task has no evaluation or prediction of a finished run")
+        return importlib.import_module(cls.inference_module)
 
     def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
-        return self._inference().evaluate_run(self, model, saved, run_dir, **options)
+        """`options`: fields of EvalOptions, checked by it."""
+        return self._inference().evaluate_run(self, model, saved, run_dir, **self.options(self.EvalOptions, options))
 
     def format_evaluation(self, result: dict[str, Any], which: str) -> str:
         return self._inference().format_evaluation(result, which)
 
     def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], **options: Any
                 ) -> list[dict[str, Any]]:
-        return self._inference().predict_files(self, model, saved, inputs, **options)
+        """`options`: fields of PredictOptions, checked by it."""
+        if not hasattr(self._inference(), "predict_files"):
+            raise ValueError(f"`vitlab predict` does not take a {self.name} run (see `vitlab --help` for the "
+                             f"commands that do)")
+        return self._inference().predict_files(self, model, saved, inputs,
+                                               **self.options(self.PredictOptions, options))
 
     def format_prediction(self, item: dict[str, Any]) -> str:
         return self._inference().format_prediction(item)
+
+    def answer(self, model: nn.Module, saved: dict[str, Any], image: Path | None, folder: Path,
+               context: dict[str, Any], **options: Any) -> dict[str, Any]:
+        """The server's answer for one upload (written to `image`; `folder` is the request's own), JSON-ready but for
+        pictures, given as PIL images or files under keys ending in `_png`. `options`: ServeOptions fields (an
+        uploaded `reference` image among them); `context`: what `serving_context` prepared once per run."""
+        return self._inference().answer(self, model, saved, image, folder, context,
+                                        **self.options(self.ServeOptions, options))
+
+    def serving_context(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """What the server loads once for a run besides its model (a prior's VQGAN)."""
+        return {}
+
+    @classmethod
+    def examples(cls, saved: dict[str, Any], count: int = 4) -> list[Path]:
+        """Images to try a run on (`saved`: its config.json): its held-out images where they are files."""
+        return cls._inference().examples(saved, count) if cls.inference_module else []
+
+    @classmethod
+    def upgrade_saved(cls, saved: dict[str, Any]) -> dict[str, Any] | None:
+        """A config.json written by an earlier vitlab, in today's layout, if it is one of this task's (else None)."""
+        return None
+
+    @classmethod
+    def options(cls, options_type: type, given: dict[str, Any]) -> dict[str, Any]:
+        """`given` checked against `options_type` (unknown names and bad values are errors), as keyword arguments;
+        a field typed as an upload (`reference`) passes through as it is."""
+        from ..engine.options import OptionError
+
+        names = [field.name for field in dataclasses.fields(options_type)]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            takes = ", ".join(names) or "no options"
+            raise OptionError(unknown[0], f"is not an option of a {cls.name} run; it takes {takes}")
+        checked = options_type(**given)
+        return {name: getattr(checked, name) for name in names}

@@ -133,41 +133,45 @@ def model_config(model: nn.Module) -> dict[str, Any]:
 
 
 def upgrade_run_config(saved: dict[str, Any]) -> dict[str, Any]:
-    """A config.json written before tasks shared one loop, in today's layout (so eval and predict read old runs).
-
-    Then a classification run kept {"options", "recipe", "data", ...} and a seq2seq run {"options", "task": the
-    problem, "model", "vocab"}."""
+    """A config.json written before tasks shared one loop, in today's layout (so eval and predict read old runs):
+    each task recognises its own old layout (`Task.upgrade_saved`)."""
     if isinstance(saved.get("task"), str) or "options" not in saved:
         return saved
-    from .classification import ClassificationConfig
-    from .seq2seq import Seq2SeqConfig
+    from . import TASKS
 
-    def fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-        names = {field.name for field in dataclasses.fields(cls)}
-        return {key: value for key, value in values.items() if key in names and value is not None}
-
-    options = saved["options"]
-    if isinstance(saved.get("task"), dict):  # seq2seq: "task" was the problem
-        config = fields(Seq2SeqConfig, {**options, "problem": options.get("task")})
-        return {**saved, "task": "seq2seq", "problem": saved["task"], "config": config,
-                "loop": fields(LoopConfig, {**_seq2seq_loop_defaults(), **options})}
-    merged = {**saved.get("recipe", {}), **options}
-    config = {**fields(ClassificationConfig, merged), "model_overrides": saved.get("model_overrides", {})}
-    return {**saved, "task": "classification", "config": config, "loop": fields(LoopConfig, merged)}
+    for cls in TASKS.values():
+        upgraded = cls.upgrade_saved(saved)
+        if upgraded is not None:
+            return upgraded
+    raise RunFileError("this run's config.json is in a layout no task of this vitlab reads; train it again")
 
 
-def _seq2seq_loop_defaults() -> dict[str, Any]:
-    from .seq2seq import Seq2SeqConfig, Seq2SeqTask
-
-    return Seq2SeqTask.loop_defaults(Seq2SeqConfig())
+def old_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The values of an old config.json that are fields of `cls` (a dataclass) and set."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return {key: value for key, value in values.items() if key in names and value is not None}
 
 
 def load_task(run_dir: str | Path) -> tuple[Task, dict[str, Any]]:
     """The task of a run folder, rebuilt from its config.json (no data is read), and that config."""
     saved = upgrade_run_config(RunDir(run_dir).read_config())
-    cls = get_task(saved.get("task", "classification"))
+    if "task" not in saved:
+        raise RunFileError(f"{run_dir}'s config.json names no task: it was not written by `vitlab train`")
+    cls = get_task(saved["task"])
     loop = from_dict(LoopConfig, saved.get("loop", {}))
     return cls(from_dict(cls.Config, saved.get("config", {})), loop), saved
+
+
+def load_task_for(run_dir: str | Path, command: str) -> tuple[Task, dict[str, Any]]:
+    """`load_task`, for a task's own command (`vitlab restore`, ...): a run of another task is refused, naming the
+    tasks whose runs the command takes."""
+    from . import TASKS
+
+    task, saved = load_task(run_dir)
+    if command not in task.commands:
+        takes = " or ".join(name for name, cls in TASKS.items() if command in cls.commands)
+        raise ValueError(f"{run_dir} is a {task.name} run; `vitlab {command}` takes a {takes} run")
+    return task, saved
 
 
 def load_run(run_dir: str | Path, which: str = "last") -> tuple[nn.Module, dict[str, Any]]:

@@ -75,3 +75,34 @@ class ClassificationConfig:
         recipe = recipe_for(self.data)["task"]
         unset = {key: value for key, value in recipe.items() if getattr(self, key) is None}
         return dataclasses.replace(self, **unset)
+
+
+@dataclass(frozen=True)
+class ClassificationEvalOptions:
+    """`vitlab eval` of a classification run."""
+
+    data: str | None = option(None, "'fashion-mnist' or an image folder", metavar="DATA",
+                              default_text="the run's own test data")
+    data_dir: str | None = option(None, "where Fashion-MNIST's files are", metavar="DIR",
+                                  default_text="the run's, then the usual places")
+    batch_size: int = option(256, "evaluation batch size")
+    bf16: bool = option(False, "bf16 autocast; refused where the device has no native bf16 (there it is many times "
+                        "slower)", default_text="off, fp32")
+    compile: bool = option(False, "torch.compile the model first (pays on large test sets)")
+    plot: bool = option(True, "write confusion.png", flag="--no-plot")
+
+
+@dataclass(frozen=True)
+class ClassificationPredictOptions:
+    """`vitlab predict` of a classification run, and the server's form fields."""
+
+    top_k: int = option(3, "how many classes to return per image")
+
+    def __post_init__(self) -> None:
+        check(self.top_k >= 1, "top_k", "at least 1", self.top_k)
+
+
+@dataclass(frozen=True)
+class ClassificationServeOptions(ClassificationPredictOptions):
+    attention: bool = option(True, "also return the attention rollout and each head's map of the last layer, as PNG",
+                             cli=False)

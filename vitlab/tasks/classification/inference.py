@@ -51,7 +51,8 @@ def format_evaluation(result: dict[str, Any], which: str) -> str:
 
 
 @torch.inference_mode()
-def predict_files(model: nn.Module, saved: dict[str, Any], paths: list[str], top_k: int = 3) -> list[dict[str, Any]]:
+def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], top_k: int = 3
+                  ) -> list[dict[str, Any]]:
     """Top-k classes of each image file, preprocessed as the run's evaluation data was."""
     from ...data.folder import load_image
     from ...data.transforms import build_eval_transform
@@ -73,3 +74,46 @@ def predict_files(model: nn.Module, saved: dict[str, Any], paths: list[str], top
 def format_prediction(item: dict[str, Any]) -> str:
     ranked = ", ".join(f"{p['class']} {p['probability']:.3f}" for p in item["top_k"])
     return f"{item['image']}: {ranked}"
+
+
+# ---- the server ----------------------------------------------------------------------------------------------------
+def answer(task, model: nn.Module, saved: dict[str, Any], image: Path, folder: Path, context: dict[str, Any],
+           top_k: int = 3, attention: bool = True) -> dict[str, Any]:
+    from ...data.folder import load_image
+
+    item = predict_files(task, model, saved, [str(image)], top_k=top_k)[0]
+    result: dict[str, Any] = {"top_k": item["top_k"]}
+    if attention:
+        result["attention"] = attention_pictures(model, saved, load_image(str(image), saved["data"]["channels"]))
+    return result
+
+
+def attention_pictures(model: nn.Module, saved: dict[str, Any], image) -> dict[str, Any] | None:
+    """The rollout over the image and each head's class-token map of the last layer, as pictures (None for a
+    classifier without attention blocks, such as a ResNet)."""
+    from ...viz.attention import image_attention
+    from ...viz.render import attention_panels
+
+    if not hasattr(model, "blocks"):
+        return None
+    shown, rollout, heads, _ = image_attention(model, image, saved["data"])
+    panels = attention_panels(shown, rollout, heads)
+    return {"rollout_png": panels[1], "heads_png": list(panels[2:]), "layer": len(model.blocks) - 1}
+
+
+def examples(saved: dict[str, Any], count: int) -> list[Path]:
+    """One image of each of the first classes of the run's image folder (its test/ or val/ split where it has one),
+    or the Fashion-MNIST examples beside the code for a run on one-channel images."""
+    from ..base import DOCS_EXAMPLES, IMAGE_SUFFIXES
+
+    data = saved.get("data", {})
+    if data.get("name") and Path(data["name"]).is_dir():
+        root = Path(data["name"])
+        split = next((root / name for name in ("test", "val") if (root / name).is_dir()), root)
+        found = []
+        for name in list(data.get("classes", []))[:count]:
+            found += sorted(p for p in (split / name).glob("*") if p.suffix.lower() in IMAGE_SUFFIXES)[:1]
+        return found
+    if DOCS_EXAMPLES.is_dir() and data.get("channels", 3) == 1:
+        return sorted(DOCS_EXAMPLES.glob("*.png"))[:count]
+    return []

@@ -23,7 +23,12 @@ from ...engine.loop import TaskData
 from ...models.deit import DistilledOutput
 from ...models.registry import create_model
 from ..base import Task
-from .config import ClassificationConfig
+from .config import (
+    ClassificationConfig,
+    ClassificationEvalOptions,
+    ClassificationPredictOptions,
+    ClassificationServeOptions,
+)
 from .distill import DistillationLoss
 from .evaluate import evaluate
 from .recipes import recipe_for
@@ -35,6 +40,11 @@ def _absolute(path: str | None) -> str | None:
 
 class ClassificationTask(Task):
     name: ClassVar[str] = "classification"
+    inference_module: ClassVar[str] = "vitlab.tasks.classification.inference"
+    EvalOptions: ClassVar[type] = ClassificationEvalOptions
+    PredictOptions: ClassVar[type] = ClassificationPredictOptions
+    ServeOptions: ClassVar[type] = ClassificationServeOptions
+    page: ClassVar[str] = "classes"
     Config: ClassVar[type] = ClassificationConfig
     best: ClassVar[tuple[str, str]] = ("test_acc", "max")
     sample_name: ClassVar[str] = "images"
@@ -50,6 +60,18 @@ class ClassificationTask(Task):
                                      weights=_absolute(config.weights), teacher=_absolute(config.teacher))
         super().__init__(config, loop, dist)
         self.bundle: DatasetBundle | None = None
+
+    @classmethod
+    def upgrade_saved(cls, saved: dict[str, Any]) -> dict[str, Any] | None:
+        """A run of the vitlab before tasks shared one loop kept {"options", "recipe", "data", ...}."""
+        from ...engine.config import LoopConfig
+        from ..launch import old_fields
+
+        if isinstance(saved.get("task"), dict):  # a seq2seq run's (its problem)
+            return None
+        merged = {**saved.get("recipe", {}), **saved["options"]}
+        config = {**old_fields(ClassificationConfig, merged), "model_overrides": saved.get("model_overrides", {})}
+        return {**saved, "task": cls.name, "config": config, "loop": old_fields(LoopConfig, merged)}
 
     @classmethod
     def loop_defaults(cls, config: ClassificationConfig) -> dict[str, Any]:
@@ -166,26 +188,6 @@ class ClassificationTask(Task):
         return {"test_loss": loss_sum / max(n, 1), "test_acc": right / max(n, 1)}
 
     # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
-    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
-        from .inference import evaluate_run
-
-        return evaluate_run(self, model, saved, run_dir, **options)
-
-    def format_evaluation(self, result: dict[str, Any], which: str) -> str:
-        from .inference import format_evaluation
-
-        return format_evaluation(result, which)
-
-    def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], top_k: int = 3,
-                **_: Any) -> list[dict[str, Any]]:
-        from .inference import predict_files
-
-        return predict_files(model, saved, inputs, top_k)
-
-    def format_prediction(self, item: dict[str, Any]) -> str:
-        from .inference import format_prediction
-
-        return format_prediction(item)
 
 
 def mean_logits(outputs: torch.Tensor | DistilledOutput) -> torch.Tensor:

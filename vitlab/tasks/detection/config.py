@@ -53,3 +53,30 @@ class DetectionConfig:
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
         check(self.max_size is None or self.max_size >= 32, "max_size", ">= 32 pixels", self.max_size)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
+
+
+@dataclass(frozen=True)
+class DetectionEvalOptions:
+    """`vitlab eval` of a detection run."""
+
+    data: str | None = option(None, "a COCO-format folder with the run's categories", metavar="DATA",
+                              default_text="the run's own val split")
+    batch_size: int | None = option(None, "evaluation batch size", default_text="the run's --eval-batch-size")
+
+
+@dataclass(frozen=True)
+class DetectionServeOptions:
+    """The server's form fields of a detection run."""
+
+    threshold: float = option(0.5, "return detections scoring above this, in [0, 1)")
+
+    def __post_init__(self) -> None:
+        check(0.0 <= self.threshold < 1.0, "threshold", "in [0, 1)", self.threshold)
+
+
+@dataclass(frozen=True)
+class DetectionPredictOptions(DetectionServeOptions):
+    """`vitlab predict` of a detection run."""
+
+    out: str | None = option(None, "write each image with its boxes drawn here, as NAME.png", metavar="DIR",
+                             default_text="write nothing")

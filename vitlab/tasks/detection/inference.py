@@ -107,3 +107,25 @@ def format_prediction(item: dict[str, Any]) -> str:
                       for d in item["detections"]) or "nothing above the threshold"
     drawn = f" -> {item['output']}" if "output" in item else ""
     return f"{item['input']}: {found}{drawn}"
+
+
+# ---- the server ----------------------------------------------------------------------------------------------------
+def answer(task, model: nn.Module, saved: dict[str, Any], image: Path, folder: Path, context: dict[str, Any],
+           threshold: float = 0.5) -> dict[str, Any]:
+    item = predict_files(task, model, saved, [str(image)], out=str(folder / "out"), threshold=threshold)[0]
+    return {"threshold": threshold, "detections": item["detections"], "image_png": Path(item["output"])}
+
+
+def examples(saved: dict[str, Any], count: int) -> list[Path]:
+    """The images of the run's own folder: its val split first."""
+    from ..base import IMAGE_SUFFIXES
+
+    data = saved.get("data", {})
+    if not data.get("path"):
+        return []
+    folder = Path(data["path"]) / "images"
+    for split in ("val", "test", "train"):
+        found = sorted(p for p in (folder / split).glob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        if found:
+            return found[:count]
+    return []

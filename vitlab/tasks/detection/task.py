@@ -25,7 +25,7 @@ from ...models.detr_postprocess import postprocess
 from ...models.registry import create_model
 from ..base import Task, with_absolute_paths
 from .coco_eval import coco_metrics
-from .config import DetectionConfig
+from .config import DetectionConfig, DetectionEvalOptions, DetectionPredictOptions, DetectionServeOptions
 
 
 def postprocessed(model: nn.Module, outputs, image_sizes: torch.Tensor, threshold: float = 0.0
@@ -51,6 +51,10 @@ def normalized_targets(targets: list[dict[str, Any]]) -> list[dict[str, torch.Te
 
 class DetectionTask(Task):
     name: ClassVar[str] = "detection"
+    EvalOptions: ClassVar[type] = DetectionEvalOptions
+    PredictOptions: ClassVar[type] = DetectionPredictOptions
+    ServeOptions: ClassVar[type] = DetectionServeOptions
+    page: ClassVar[str] = "boxes"
     model_noun: ClassVar[str] = "a detector"
     Config: ClassVar[type] = DetectionConfig
     best: ClassVar[tuple[str, str]] = ("map", "max")

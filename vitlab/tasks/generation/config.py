@@ -64,3 +64,40 @@ class PriorTaskConfig:
         check(self.temperature >= 0, "temperature", ">= 0", self.temperature)
         check(self.top_k is None or self.top_k >= 1, "top_k", ">= 1", self.top_k)
         check(self.top_p is None or 0 < self.top_p <= 1, "top_p", "in (0, 1]", self.top_p)
+
+
+@dataclass(frozen=True)
+class GenerationEvalOptions:
+    """`vitlab eval` of a VQGAN or prior run."""
+
+    data_dir: str | None = option(None, "where Fashion-MNIST's files are", metavar="DIR",
+                                  default_text="the run's, then the usual places")
+    classifier: str | None = option(None, "a prior: the classification run whose features FID uses and whose "
+                                    "predictions class_acc counts", metavar="RUN",
+                                    default_text="the run's --classifier; none: no FID")
+    samples: int | None = option(None, "a prior: samples to draw, classes in turn",
+                                 default_text="the run's --eval-samples")
+    temperature: float | None = option(None, "a prior: sampling temperature", default_text="the run's")
+    top_k: int | None = option(None, "a prior: top-k sampling", default_text="the run's")
+    top_p: float | None = option(None, "a prior: top-p sampling", default_text="the run's")
+
+
+@dataclass(frozen=True)
+class VQGANServeOptions:
+    """The server takes no options: it answers with the reconstruction and its PSNR."""
+
+
+@dataclass(frozen=True)
+class PriorServeOptions:
+    """The server's form fields for a prior (what `vitlab sample` takes)."""
+
+    class_index: int = option(0, "the class to draw (its index)")
+    n: int = option(8, "how many samples")
+    temperature: float = option(1.0, "softmax temperature, 0 takes the most likely code")
+    top_k: int | None = option(None, "sample among the k most likely codes", default_text="all")
+    top_p: float | None = option(None, "sample among the most likely codes that make up probability p",
+                                 default_text="all")
+    seed: int = option(0, "seed of the draws")
+
+    def __post_init__(self) -> None:
+        check(1 <= self.n <= 64, "n", "in 1 … 64", self.n)

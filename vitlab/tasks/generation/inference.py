@@ -145,3 +145,20 @@ def reconstruct_files(task, model, saved: dict[str, Any], inputs: list[str], out
 
 def format_reconstruction(item: dict[str, Any]) -> str:
     return f"{item['image']}: PSNR {item['psnr']:.2f} dB -> {item['out']}"
+
+
+# ---- the server ----------------------------------------------------------------------------------------------------
+def answer(task, model, saved: dict[str, Any], image: Path | None, folder: Path, context: dict[str, Any],
+           **options: Any) -> dict[str, Any]:
+    """A VQGAN's reconstruction of the upload; a prior's grid of samples (`options`: PriorServeOptions)."""
+    if task.needs_image:
+        item = reconstruct_files(task, model, saved, [str(image)], folder / "out")[0]
+        return {"psnr": item["psnr"], "codes": item["codes"], "image_png": Path(item["out"])}
+    result = sample_grid(task, model, saved, folder / "grid.png", vqgan=context.get("vqgan"), **options)
+    return {**options, "classes": result["classes"], "samples": result["samples"], "grid_png": Path(result["out"])}
+
+
+def examples(saved: dict[str, Any], count: int) -> list[Path]:
+    from ..classification.inference import examples as one_channel_examples
+
+    return one_channel_examples({"data": {"channels": saved.get("data", {}).get("channels", 3)}}, count)

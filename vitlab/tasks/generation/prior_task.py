@@ -26,7 +26,7 @@ from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model
 from ..base import Task, with_absolute_paths
-from .config import PriorTaskConfig
+from .config import GenerationEvalOptions, PriorServeOptions, PriorTaskConfig
 from .metrics import batches, from_uint8, generation_scores, load_classifier_features, to_unit
 
 
@@ -95,6 +95,13 @@ def balanced_labels(n: int, num_classes: int) -> torch.Tensor:
 
 class PriorTask(Task):
     name: ClassVar[str] = "prior"
+    commands: ClassVar[tuple[str, ...]] = ("sample", "reconstruct")
+    EvalOptions: ClassVar[type] = GenerationEvalOptions
+    ServeOptions: ClassVar[type] = PriorServeOptions
+    python_loop: ClassVar[str] = ("a prior samples in a Python loop: it runs on --runtime torch in fp32 only (evaluate "
+                                  "its VQGAN run on a runtime instead)")
+    needs_image: ClassVar[bool] = False
+    page: ClassVar[str] = "samples"
     model_noun: ClassVar[str] = "a prior"
     Config: ClassVar[type] = PriorTaskConfig
     best: ClassVar[tuple[str, str]] = ("test_loss", "min")
@@ -135,6 +142,10 @@ class PriorTask(Task):
     def check_resume(self, saved: dict[str, Any]) -> None:
         if saved["data"]["num_train"] != len(self.images.train):
             raise ValueError("the VQGAN run's data changed since this prior started; start a new run")
+
+    def serving_context(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """The VQGAN that turns the prior's codes into pixels, loaded once."""
+        return {"vqgan": load_vqgan_run(saved["config"]["vqgan"])}
 
     def build_model(self) -> nn.Module:
         c = self.config

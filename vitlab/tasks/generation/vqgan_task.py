@@ -23,7 +23,7 @@ from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
 from ..base import Task, with_absolute_paths
-from .config import VQGANTaskConfig
+from .config import GenerationEvalOptions, VQGANServeOptions, VQGANTaskConfig
 from .losses import adaptive_weight, generator_loss, hinge_d_loss
 from .metrics import reconstruction_scores
 
@@ -46,6 +46,10 @@ def load_perceptual_loss() -> nn.Module:
 
 class VQGANTask(Task):
     name: ClassVar[str] = "vqgan"
+    commands: ClassVar[tuple[str, ...]] = ("reconstruct",)
+    EvalOptions: ClassVar[type] = GenerationEvalOptions
+    ServeOptions: ClassVar[type] = VQGANServeOptions
+    page: ClassVar[str] = "reconstruction"
     model_noun: ClassVar[str] = "a VQGAN"
     Config: ClassVar[type] = VQGANTaskConfig
     best: ClassVar[tuple[str, str]] = ("psnr", "max")

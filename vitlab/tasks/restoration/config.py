@@ -62,3 +62,40 @@ class RestorationConfig:
     @property
     def tasks(self) -> tuple[str, ...]:
         return parse_degradations(self.degradations)
+
+
+@dataclass(frozen=True)
+class RestorationEvalOptions:
+    """`vitlab eval` of a restoration run."""
+
+    data: str | None = option(None, "an HR folder (DIV2K, Set5, Set14, BSD68, Urban100), a photograph folder with "
+                              "test/ or val/, or 'skimage'", metavar="DATA", default_text="the run's own data")
+    batch_size: int | None = option(None, "evaluation batch size", default_text="the run's")
+    lr: str | None = option(None, "LR images for --data's HR images, paired by name (0001x2.png or 0001.png), "
+                            "instead of downscaling here; needs one SR --degradation", metavar="DIR",
+                            default_text="downscale here")
+    degradations: list[str] | None = option(None, "evaluate this task only (repeatable)", flag="--degradation",
+                                             metavar="NAME", repeat=True, default_text="all the run's tasks")
+    crop: int | None = option(None, "score each image's centre, this many pixels square; 0: whole images",
+                              default_text="the run's --eval-crop")
+
+
+@dataclass(frozen=True)
+class RestorationPredictOptions:
+    """`vitlab predict` of a restoration run (`vitlab restore` has more)."""
+
+    degradation: str | None = option(None, "what to undo: one of the run's degradations", metavar="NAME",
+                                     default_text="its first")
+    out: str | None = option(None, "write each restored image here, as NAME_DEGRADATION.png", metavar="DIR",
+                             default_text="write nothing")
+    reference: str | None = option(None, "a folder of clean images by the same stems, to score PSNR and SSIM "
+                                   "against", metavar="DIR", default_text="no scores")
+
+
+@dataclass(frozen=True)
+class RestorationServeOptions:
+    """The server's form fields of a restoration run; `reference` is an upload, not a field."""
+
+    degradation: str | None = option(None, "what to undo: one of the run's degradations", metavar="NAME",
+                                     default_text="its first")
+    reference: object = option(None, "an upload: the clean image, to score PSNR and SSIM against", cli=False)

@@ -155,3 +155,22 @@ def format_prediction(item: dict[str, Any]) -> str:
     scored = (f", PSNR-Y {item['psnr_y']:.2f} dB (input {item['input_psnr_y']:.2f})" if "psnr_y" in item else "")
     written = f" -> {item['output']}" if "output" in item else ""
     return f"{item['input']}: {item['degradation']} {size_in} -> {size_out} in {item['seconds']:.2f} s{scored}{written}"
+
+
+# ---- the server ----------------------------------------------------------------------------------------------------
+def answer(task, model: nn.Module, saved: dict[str, Any], image: Path, folder: Path, context: dict[str, Any],
+           degradation: str | None = None, reference: Image.Image | None = None) -> dict[str, Any]:
+    """`reference`: the clean image, uploaded, to score against."""
+    references = None
+    if reference is not None:
+        references = folder / "reference"
+        references.mkdir()
+        reference.save(references / image.name)
+    item = predict_files(task, model, saved, [str(image)], out=str(folder / "out"), degradation=degradation,
+                         reference=str(references) if references else None)[0]
+    item.pop("input")
+    return {**item, "image_png": Path(item.pop("output"))}
+
+
+def examples(saved: dict[str, Any], count: int) -> list[Path]:
+    return [Path(p) for p in saved.get("data", {}).get("test", [])][:count]

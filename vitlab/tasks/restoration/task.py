@@ -31,7 +31,7 @@ from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
 from ..base import Task, with_absolute_paths
-from .config import RestorationConfig
+from .config import RestorationConfig, RestorationEvalOptions, RestorationPredictOptions, RestorationServeOptions
 from .metrics import restoration_scores
 
 METRICS = ("psnr_y", "ssim_y", "psnr_rgb")
@@ -72,6 +72,11 @@ def find_photographs(data: str, eval_data: str | None = None) -> tuple[list[Path
 
 class RestorationTask(Task):
     name: ClassVar[str] = "restoration"
+    commands: ClassVar[tuple[str, ...]] = ("restore",)
+    EvalOptions: ClassVar[type] = RestorationEvalOptions
+    PredictOptions: ClassVar[type] = RestorationPredictOptions
+    ServeOptions: ClassVar[type] = RestorationServeOptions
+    page: ClassVar[str] = "restored"
     model_noun: ClassVar[str] = "a restoration model"
     Config: ClassVar[type] = RestorationConfig
     best: ClassVar[tuple[str, str]] = ("psnr_y", "max")

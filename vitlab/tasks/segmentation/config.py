@@ -40,3 +40,25 @@ class SegmentationConfig:
         check(self.head_lr_mult > 0, "head_lr_mult", "positive", self.head_lr_mult)
         check(self.stride is None or self.stride > 0, "stride", "positive", self.stride)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
+
+
+@dataclass(frozen=True)
+class SegmentationEvalOptions:
+    """`vitlab eval` of a segmentation run."""
+
+    data: str | None = option(None, "a folder of images and masks with the run's classes", metavar="DATA",
+                              default_text="the run's own val split")
+    batch_size: int | None = option(None, "evaluation batch size", default_text="the run's")
+
+
+@dataclass(frozen=True)
+class SegmentationPredictOptions:
+    """`vitlab predict` of a segmentation run."""
+
+    out: str | None = option(None, "write each image's class mask (NAME_mask.png, a palette PNG of class indices) "
+                             "and an overlay (NAME_overlay.png) here", metavar="DIR", default_text="write nothing")
+
+
+@dataclass(frozen=True)
+class SegmentationServeOptions:
+    """The server takes no options: it answers with the mask and the overlay."""

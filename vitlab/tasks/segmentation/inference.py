@@ -116,3 +116,21 @@ def format_prediction(item: dict[str, Any]) -> str:
     found = ", ".join(f"{name} {share:.1%}" for name, share in sorted(item["classes"].items(), key=lambda kv: -kv[1]))
     written = f" -> {item['mask']}, {item['overlay']}" if "mask" in item else ""
     return f"{item['input']}: {found}{written}"
+
+
+# ---- the server ----------------------------------------------------------------------------------------------------
+def answer(task, model: nn.Module, saved: dict[str, Any], image: Path, folder: Path, context: dict[str, Any]
+           ) -> dict[str, Any]:
+    item = predict_files(task, model, saved, [str(image)], out=str(folder / "out"))[0]
+    classes = list(saved.get("data", {}).get("classes", []))
+    colours = palette(len(classes))
+    legend = [{"index": i, "class": name, "color": "#{:02x}{:02x}{:02x}".format(*colours[i])}
+              for i, name in enumerate(classes)]
+    return {"size": item["size"], "classes": item["classes"], "legend": legend, "mask_png": Path(item["mask"]),
+            "overlay_png": Path(item["overlay"])}
+
+
+def examples(saved: dict[str, Any], count: int) -> list[Path]:
+    from ..detection.inference import examples as images_of_a_folder
+
+    return images_of_a_folder(saved, count)

@@ -28,7 +28,7 @@ from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
 from ..base import Task, with_absolute_paths
-from .config import SegmentationConfig
+from .config import SegmentationConfig, SegmentationEvalOptions, SegmentationPredictOptions, SegmentationServeOptions
 from .metrics import confusion_matrix, scores
 from .sliding import sliding_window_logits
 
@@ -41,6 +41,10 @@ def pixel_cross_entropy(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tens
 
 class SegmentationTask(Task):
     name: ClassVar[str] = "segmentation"
+    EvalOptions: ClassVar[type] = SegmentationEvalOptions
+    PredictOptions: ClassVar[type] = SegmentationPredictOptions
+    ServeOptions: ClassVar[type] = SegmentationServeOptions
+    page: ClassVar[str] = "mask"
     model_noun: ClassVar[str] = "a segmentation model"
     Config: ClassVar[type] = SegmentationConfig
     best: ClassVar[tuple[str, str]] = ("miou", "max")

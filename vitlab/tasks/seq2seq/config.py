@@ -41,3 +41,13 @@ class Seq2SeqConfig:
     def sequence_task(self) -> SequenceTask:
         low, high = DEFAULT_LENGTHS[self.problem]
         return SequenceTask(self.problem, self.num_symbols, self.min_len or low, self.max_len or high)
+
+
+@dataclass(frozen=True)
+class Seq2SeqInferenceOptions:
+    """`vitlab eval` and `vitlab predict` of a seq2seq run."""
+
+    beam_size: int = option(1, "1: greedy; more: beam search")
+
+    def __post_init__(self) -> None:
+        check(self.beam_size >= 1, "beam_size", "at least 1", self.beam_size)

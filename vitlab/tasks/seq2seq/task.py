@@ -22,7 +22,7 @@ from ...models.decoding import beam_search, greedy_decode
 from ...models.seq2seq import Seq2SeqConfig as ModelConfig
 from ...models.seq2seq import Seq2SeqTransformer
 from ..base import Task
-from .config import Seq2SeqConfig
+from .config import Seq2SeqConfig, Seq2SeqInferenceOptions
 
 Pairs = list[tuple[list[int], list[int]]]
 
@@ -57,9 +57,27 @@ class SequenceStream:
 
 class Seq2SeqTask(Task):
     name: ClassVar[str] = "seq2seq"
+    commands: ClassVar[tuple[str, ...]] = ("translate",)
+    EvalOptions: ClassVar[type] = Seq2SeqInferenceOptions
+    PredictOptions: ClassVar[type] = Seq2SeqInferenceOptions
+    python_loop: ClassVar[str] = "a seq2seq run decodes in a Python loop: it runs on --runtime torch in fp32 only"
     Config: ClassVar[type] = Seq2SeqConfig
     best: ClassVar[tuple[str, str]] = ("test_exact_acc", "max")
     sample_name: ClassVar[str] = "sequences"
+
+    @classmethod
+    def upgrade_saved(cls, saved: dict[str, Any]) -> dict[str, Any] | None:
+        """A run of the vitlab before tasks shared one loop kept {"options", "task": the problem, "model", "vocab"}."""
+        from ...engine.config import LoopConfig
+        from ..launch import old_fields
+
+        if not isinstance(saved.get("task"), dict):
+            return None
+        options = saved["options"]
+        config = old_fields(Seq2SeqConfig, {**options, "problem": options.get("task")})
+        defaults = cls.loop_defaults(Seq2SeqConfig())
+        return {**saved, "task": cls.name, "problem": saved["task"], "config": config,
+                "loop": old_fields(LoopConfig, {**defaults, **options})}
 
     @classmethod
     def loop_defaults(cls, config: Seq2SeqConfig) -> dict[str, Any]:
