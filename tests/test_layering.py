@@ -75,3 +75,112 @@ def test_importing_the_models_loads_no_upper_layer():
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
     assert not forbidden(set(loaded))
     assert "vitlab.models.vit" in loaded  # the check looked at a process that did import the models
+
+
+# ---- every package's arrows ------------------------------------------------------------------------------------
+# what each part of vitlab may import of the others (DESIGN.md: cli/serve -> tasks/engine/runtime -> interop/viz ->
+# models -> layers/data); a part not named here (cli, the package's __init__) may import anything
+MAY_IMPORT = {
+    "layers": set(),
+    "data": {"atomic"},
+    "models": {"layers"},
+    "checkpoint": {"models", "layers"},
+    "viz": {"data", "models", "layers"},
+    "interop": {"models", "layers", "checkpoint", "data", "atomic"},
+    "engine": {"models", "layers", "checkpoint", "data", "atomic"},
+    "runtime": {"engine", "models", "layers", "checkpoint", "data", "atomic"},
+    "tasks": {"engine", "interop", "viz", "models", "layers", "checkpoint", "data", "atomic", "runtime"},
+    "serve": {"tasks", "engine", "runtime", "interop", "viz", "models", "layers", "checkpoint", "data", "atomic",
+              "__version__"},
+}
+
+
+def part_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def parts_imported(path: Path) -> set[str]:
+    own = part_of(path)
+    return {m.split(".")[1] for m in imported_modules(path.read_text(), package_of(path))
+            if m.startswith("vitlab.") and m.split(".")[1] != own}
+
+
+@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.rglob("*.py") if part_of(p) in MAY_IMPORT),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_part_imports_only_below_it(path):
+    bad = sorted(parts_imported(path) - MAY_IMPORT[part_of(path)])
+    assert not bad, f"{path.relative_to(PACKAGE.parent)} imports vitlab.{', vitlab.'.join(bad)}"
+
+
+def test_the_arrows_check_sees_a_forbidden_import(tmp_path):
+    assert parts_imported(PACKAGE / "engine" / "run.py") <= MAY_IMPORT["engine"]
+    assert "tasks" in parts_imported(PACKAGE / "serve" / "runs.py")  # the check reads imports inside functions
+    assert "tasks" not in MAY_IMPORT["engine"] and "runtime" not in MAY_IMPORT["interop"]
+    assert "interop" not in MAY_IMPORT["runtime"] and {"interop", "viz"}.isdisjoint(MAY_IMPORT["engine"])
+
+
+# ---- names: a family or a task is named only in its own files -----------------------------------------------------
+def string_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string constant of a source but its docstrings."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def family_files(family: str) -> set[Path]:
+    """A family's own files: its model file and its converters (DETR's post-processing and criterion files are the
+    DETR family's, shared with Deformable DETR, whose model file builds on DETR's)."""
+    from vitlab.models.registry import config_type
+
+    own: set[Path] = set()
+    for cls in config_type(family).__mro__:  # a DeiT is read by its parent ViT's converters
+        if getattr(cls, "family", None):
+            module = Path(sys.modules[cls.__module__].__file__)
+            own |= {module, PACKAGE / "interop" / f"{module.stem}_formats.py"}
+            own |= set((PACKAGE / "models").glob(f"{module.stem}_*.py"))
+    return own
+
+
+def task_files(task: str) -> set[Path]:
+    """A task's own files: its package; and the model files, where each family says which tasks train it."""
+    from vitlab.tasks import TASKS
+
+    package = Path(sys.modules[TASKS[task].__module__].__file__).parent
+    return set(package.rglob("*.py")) | set((PACKAGE / "models").glob("*.py"))
+
+
+DEFAULT_TASK = {PACKAGE / "cli" / "train.py", PACKAGE / "tasks" / "launch.py"}  # `vitlab train` without --task
+OTHER_MEANING = {(PACKAGE / "data" / "scenes.py", "segmentation")}  # a COCO annotation's field
+
+
+def test_no_family_or_task_is_named_outside_its_own_files():
+    from vitlab.models.registry import list_families
+    from vitlab.tasks import TASKS
+
+    families = {cls.family for cls in list_families()}
+    allowed = {name: family_files(name) for name in families}
+    for name in TASKS:
+        allowed[name] = allowed.get(name, set()) | task_files(name) | (DEFAULT_TASK if name == "classification"
+                                                                         else set())
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line} {text!r}" for path in sorted(PACKAGE.rglob("*.py"))
+             for line, text in string_literals(path)
+             if text in allowed and path not in allowed[text] and (path, text) not in OTHER_MEANING]
+    assert not found, "named outside its own files:\n" + "\n".join(found)
+
+
+def test_the_name_check_would_see_a_family_named_in_the_cli():
+    assert (1, "detr") in string_literals_of('KINDS = {"detr": 1}\n'"'''a docstring'''")
+    assert PACKAGE / "cli" / "evaluate_cmd.py" not in family_files("detr")
+
+
+def string_literals_of(source: str) -> list[tuple[int, str]]:
+    path = Path(__file__).parent / "fixtures" / "_literals_probe.py"
+    path.write_text(source)
+    try:
+        return string_literals(path)
+    finally:
+        path.unlink()

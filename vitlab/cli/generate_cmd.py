@@ -45,7 +45,7 @@ def _load(run_dir: str, which: str, command: str):
     from ..tasks.launch import load_task_for
 
     task, saved = load_task_for(run_dir, command)
-    which = which if RunDir(run_dir).weights_file(which).is_file() else "last"
+    which = RunDir(run_dir).kept_weights(which)
     return task, RunDir(run_dir).load_model(which), saved
 
 

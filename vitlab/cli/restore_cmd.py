@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap))
                if value is not None}
     task.config = dataclasses.replace(task.config, **changes)
-    which = args.weights if RunDir(args.run_dir).weights_file(args.weights).is_file() else "last"
+    which = RunDir(args.run_dir).kept_weights(args.weights)
     model = on_runtime(RunDir(args.run_dir).load_model(which), args, args.run_dir, which)
     results = task.predict(model, saved, args.images, out=args.out, degradation=args.degradation,
                            reference=args.reference)

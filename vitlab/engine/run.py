@@ -65,6 +65,10 @@ class RunDir:
     def weights_file(self, which: str = "last") -> Path:
         return self.path / f"{which}.safetensors"
 
+    def kept_weights(self, which: str = "best") -> str:
+        """`which` if the run kept it, else "last" (a run that never evaluated keeps no best)."""
+        return which if self.weights_file(which).is_file() else "last"
+
     # -- starting and finding runs ----------------------------------------------------------------------------
     def holds_run(self) -> bool:
         return self.file(CONFIG_FILE).is_file() or self.file(STATE_FILE).is_file()
@@ -120,7 +124,7 @@ class RunDir:
     def save_weights(self, which: str, model: nn.Module, metadata: dict[str, str] | None = None) -> Path:
         """A registered model's weights with its config (so `load_model` rebuilds it); any other module's weights
         alone."""
-        from ..interop.weights import save_weights
+        from ..checkpoint import save_weights
 
         path = self.weights_file(which)
         if hasattr(getattr(model, "config", None), "family"):
@@ -133,7 +137,7 @@ class RunDir:
 
     def load_model(self, which: str = "last") -> nn.Module:
         """The model of `which` weights, rebuilt from the config stored in the file, in eval mode."""
-        from ..interop.weights import CheckpointMismatchError, load_model
+        from ..checkpoint import CheckpointMismatchError, load_model
 
         path = self._existing_weights(which)
         try:
@@ -144,7 +148,7 @@ class RunDir:
             raise self._damaged_weights(path, error) from error
 
     def read_weights(self, which: str = "last") -> dict[str, torch.Tensor]:
-        from ..interop.weights import read_state_dict
+        from ..checkpoint import read_state_dict
 
         path = self._existing_weights(which)
         try:
@@ -192,7 +196,7 @@ class RunDir:
 
     # -- curves.png --------------------------------------------------------------------------------------------
     def plot_curves(self) -> Path | None:
-        from ..viz.curves import plot_metrics
+        from .curves import plot_metrics
 
         rows = self.read_metrics()
         if not rows:
@@ -205,3 +209,14 @@ class RunDir:
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The metrics rows of a run folder (`RunDir(run_dir).read_metrics()`)."""
     return RunDir(run_dir).read_metrics()
+
+
+def weights_file(path: str) -> str:
+    """A weights file, or a run folder, which stands for its best weights (its last if it kept no best)."""
+    folder = Path(path)
+    if folder.is_dir() and (folder / CONFIG_FILE).is_file():
+        for name in ("best", "last"):
+            if RunDir(folder).weights_file(name).is_file():
+                return str(RunDir(folder).weights_file(name))
+        raise FileNotFoundError(f"{folder} is a run folder without weights yet: it has not finished an epoch")
+    return path

@@ -228,7 +228,7 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
         cache_dir, cache_name = run_cache(path, weights)
         return runtime_model(model, backend or "torch", precision, threads, cache_dir, cache_name)
     if path.suffix == ".safetensors":
-        from ..interop import load_model
+        from ..checkpoint import load_model
 
         return runtime_model(load_model(path).eval(), backend or "torch", precision, threads)
     if path.suffix not in FILE_BACKENDS:

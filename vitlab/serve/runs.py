@@ -102,7 +102,7 @@ def load_runs(paths: list[str | Path], weights: str = "best",
             servable = ", ".join(name for name, cls in TASKS.items() if cls.page)
             raise ValueError(f"{path} is a {task.name} run; `vitlab serve` serves image runs ({servable}); use "
                              f"its own commands for it")
-        which = weights if RunDir(path).weights_file(weights).is_file() else "last"
+        which = RunDir(path).kept_weights(weights)
         model = RunDir(path).load_model(which).requires_grad_(False)
         if runtime is not None and task.python_loop is None:
             model = runtime(model, path, which)

@@ -53,6 +53,18 @@ DOCS_EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"  # Fas
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 
+TASKS: dict[str, type[Task]] = {}
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task known to `train`, the command line and the server, under `cls.name`."""
+    known = TASKS.get(cls.name)
+    if known is not None and known.__qualname__ != cls.__qualname__:
+        raise ValueError(f"task {cls.name!r} is registered twice ({known.__qualname__} and {cls.__qualname__})")
+    TASKS[cls.name] = cls
+    return cls
+
+
 class Task:
     name: ClassVar[str]
     Config: ClassVar[type]

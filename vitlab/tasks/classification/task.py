@@ -20,9 +20,10 @@ from ...engine.augment import compose, mixup_cutmix, rand_augment, random_erasin
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader, TensorLoader
 from ...engine.loop import TaskData
+from ...engine.run import weights_file
 from ...models.deit import DistilledOutput
 from ...models.registry import create_model
-from ..base import Task
+from ..base import Task, register_task
 from .config import (
     ClassificationConfig,
     ClassificationEvalOptions,
@@ -38,6 +39,7 @@ def _absolute(path: str | None) -> str | None:
     return str(Path(path).expanduser().resolve()) if path else None
 
 
+@register_task
 class ClassificationTask(Task):
     name: ClassVar[str] = "classification"
     inference_module: ClassVar[str] = "vitlab.tasks.classification.inference"
@@ -193,17 +195,6 @@ class ClassificationTask(Task):
 def mean_logits(outputs: torch.Tensor | DistilledOutput) -> torch.Tensor:
     """A distilled DeiT's two heads averaged (what it predicts with in evaluation); plain logits as they are."""
     return outputs.averaged() if isinstance(outputs, DistilledOutput) else outputs
-
-
-def weights_file(path: str) -> str:
-    """A run folder stands for its best weights (its last if it kept no best)."""
-    folder = Path(path)
-    if folder.is_dir() and (folder / "config.json").is_file():
-        for name in ("best.safetensors", "last.safetensors"):
-            if (folder / name).is_file():
-                return str(folder / name)
-        raise FileNotFoundError(f"{folder} is a run folder without weights yet: it has not finished an epoch")
-    return path
 
 
 def load_teacher(path: str, bundle: DatasetBundle) -> nn.Module:

@@ -23,7 +23,7 @@ from ...engine.options import OptionError
 from ...models.backbones import classifier_to_backbone_state
 from ...models.detr_postprocess import postprocess
 from ...models.registry import create_model
-from ..base import Task, with_absolute_paths
+from ..base import Task, register_task, with_absolute_paths
 from .coco_eval import coco_metrics
 from .config import DetectionConfig, DetectionEvalOptions, DetectionPredictOptions, DetectionServeOptions
 
@@ -49,6 +49,7 @@ def normalized_targets(targets: list[dict[str, Any]]) -> list[dict[str, torch.Te
     return out
 
 
+@register_task
 class DetectionTask(Task):
     name: ClassVar[str] = "detection"
     EvalOptions: ClassVar[type] = DetectionEvalOptions
@@ -121,8 +122,8 @@ class DetectionTask(Task):
         classes = num_classes or self.train_set.num_classes
         model = create_model(c.model, num_classes=classes, aux_loss=c.aux_loss, **overrides)
         if c.weights or c.backbone_weights:
+            from ...engine.run import weights_file
             from ...interop.weights import load_weights, read_state_dict
-            from ..classification.task import weights_file
 
             if c.weights:
                 load_weights(model, weights_file(c.weights))

@@ -104,10 +104,11 @@ class ClassifierFeatures(nn.Module):
 
 
 def load_classifier_features(run_dir: str, crop: Callable[[torch.Tensor], torch.Tensor]) -> ClassifierFeatures:
+    from ..classification.task import ClassificationTask
     from ..launch import load_run
 
     classifier, saved = load_run(run_dir, "best")
-    if saved.get("task", "classification") != "classification":
+    if saved.get("task", ClassificationTask.name) != ClassificationTask.name:
         raise ValueError(f"--classifier must be a classification run; {run_dir} is a {saved.get('task')} run")
     data = saved["data"]
     return ClassifierFeatures(classifier, int(data["img_size"]), data["mean"], data["std"], crop)

@@ -25,7 +25,7 @@ from ...engine.loaders import TensorBatches
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model
-from ..base import Task, with_absolute_paths
+from ..base import Task, register_task, with_absolute_paths
 from .config import GenerationEvalOptions, PriorServeOptions, PriorTaskConfig
 from .metrics import batches, from_uint8, generation_scores, load_classifier_features, to_unit
 
@@ -93,6 +93,7 @@ def balanced_labels(n: int, num_classes: int) -> torch.Tensor:
     return torch.arange(n) % num_classes
 
 
+@register_task
 class PriorTask(Task):
     name: ClassVar[str] = "prior"
     commands: ClassVar[tuple[str, ...]] = ("sample", "reconstruct")

@@ -22,7 +22,7 @@ from ...engine.loaders import TensorLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task, with_absolute_paths
+from ..base import Task, register_task, with_absolute_paths
 from .config import GenerationEvalOptions, VQGANServeOptions, VQGANTaskConfig
 from .losses import adaptive_weight, generator_loss, hinge_d_loss
 from .metrics import reconstruction_scores
@@ -44,6 +44,7 @@ def load_perceptual_loss() -> nn.Module:
                           f"weights must be on disk, vitlab downloads none") from error
 
 
+@register_task
 class VQGANTask(Task):
     name: ClassVar[str] = "vqgan"
     commands: ClassVar[tuple[str, ...]] = ("reconstruct",)

@@ -30,7 +30,7 @@ from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task, with_absolute_paths
+from ..base import Task, register_task, with_absolute_paths
 from .config import RestorationConfig, RestorationEvalOptions, RestorationPredictOptions, RestorationServeOptions
 from .metrics import restoration_scores
 
@@ -70,6 +70,7 @@ def find_photographs(data: str, eval_data: str | None = None) -> tuple[list[Path
     return train, test
 
 
+@register_task
 class RestorationTask(Task):
     name: ClassVar[str] = "restoration"
     commands: ClassVar[tuple[str, ...]] = ("restore",)
@@ -209,8 +210,8 @@ def load_start(model: nn.Module, path: str) -> None:
     """Weights to start from, matched by task name: a restoration run or file in vitlab's names, or an official
     IPT checkpoint. Tasks the checkpoint lacks keep their fresh head, tail and task embedding."""
 
+    from ...engine.run import weights_file
     from ...interop.formats import read_checkpoint
-    from ..classification.task import weights_file
 
     state, info = read_checkpoint(weights_file(path))
     theirs = tuple(info.architecture.get("degradations", ()))  # what the file's config (or converter) says

@@ -27,7 +27,7 @@ from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task, with_absolute_paths
+from ..base import Task, register_task, with_absolute_paths
 from .config import SegmentationConfig, SegmentationEvalOptions, SegmentationPredictOptions, SegmentationServeOptions
 from .metrics import confusion_matrix, scores
 from .sliding import sliding_window_logits
@@ -39,6 +39,7 @@ def pixel_cross_entropy(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tens
     return total / (masks != IGNORE_INDEX).sum().clamp(min=1)
 
 
+@register_task
 class SegmentationTask(Task):
     name: ClassVar[str] = "segmentation"
     EvalOptions: ClassVar[type] = SegmentationEvalOptions
@@ -167,9 +168,9 @@ class SegmentationTask(Task):
 def load_start(model: nn.Module, path: str) -> None:
     """Weights to start from: a SETR (a run, or a file in vitlab's names) loads whole; any ViT checkpoint vitlab
     reads starts the encoder (its head and final norm left out, positions resampled to the crop)."""
+    from ...engine.run import weights_file
     from ...interop.formats import read_checkpoint
     from ...interop.weights import load_weights, set_norm_eps
-    from ..classification.task import weights_file
 
     state, info = read_checkpoint(weights_file(path))
     if any(key.startswith(("decode_head.", "backbone.")) for key in state):

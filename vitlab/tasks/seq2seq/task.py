@@ -21,7 +21,7 @@ from ...engine.rng import as_tuple
 from ...models.decoding import beam_search, greedy_decode
 from ...models.seq2seq import Seq2SeqConfig as ModelConfig
 from ...models.seq2seq import Seq2SeqTransformer
-from ..base import Task
+from ..base import Task, register_task
 from .config import Seq2SeqConfig, Seq2SeqInferenceOptions
 
 Pairs = list[tuple[list[int], list[int]]]
@@ -55,6 +55,7 @@ class SequenceStream:
         self.rng.setstate(as_tuple(state["rng"]))
 
 
+@register_task
 class Seq2SeqTask(Task):
     name: ClassVar[str] = "seq2seq"
     commands: ClassVar[tuple[str, ...]] = ("translate",)
