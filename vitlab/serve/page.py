@@ -31,7 +31,7 @@ def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> 
         with gr.Tabs():
             for run in runs:
                 with gr.Tab(f"{run.name} · {run.kind}", id=run.name, elem_id=f"tab-{run.name}"):
-                    TABS[run.task.page](run, answer)
+                    TABS.get(run.task.page, _answer_as_json)(run, answer)
     return page
 
 
@@ -208,6 +208,17 @@ def _prior(run: ServedRun, answer) -> None:
     button.click(sample, [chosen, n, temperature, top_k, top_p, seed], [grid])
 
 
-# the page's layouts, by what a task says its answer shows (`Task.page`)
+def _answer_as_json(run: ServedRun, answer) -> None:
+    """A task without a layout of its own: its answer for an upload, as JSON."""
+    with gr.Row():
+        with gr.Column():
+            image = _image_input(run)
+            button = gr.Button("Predict", variant="primary", elem_id=f"{run.name}-run")
+        shown = gr.JSON(label="answer", elem_id=f"{run.name}-output")
+    _examples(run, image)
+    button.click(lambda picture: answer(run, picture), [image], [shown])
+
+
+# the page's layouts, by what a task says its answer shows (`Task.page`; another: its answer as JSON)
 TABS = {"classes": _classification, "boxes": _detection, "mask": _segmentation, "restored": _restoration,
         "reconstruction": _vqgan, "samples": _prior}

@@ -96,10 +96,10 @@ def load_runs(paths: list[str | Path], weights: str = "best",
             raise FileNotFoundError(f"{path} is not a run folder (no config.json): give folders written by "
                                     f"`vitlab train --out RUN`")
         task, saved = load_task(path)
-        if task.page is None:
+        if not task.serves():
             from ..tasks import TASKS
 
-            servable = ", ".join(name for name, cls in TASKS.items() if cls.page)
+            servable = ", ".join(name for name, cls in TASKS.items() if cls.serves())
             raise ValueError(f"{path} is a {task.name} run; `vitlab serve` serves image runs ({servable}); use "
                              f"its own commands for it")
         which = RunDir(path).kept_weights(weights)

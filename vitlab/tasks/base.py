@@ -82,7 +82,7 @@ class Task:
     ServeOptions: ClassVar[type] = NoOptions
     python_loop: ClassVar[str | None] = None  # why inference runs on torch only (it decodes in a Python loop)
     needs_image: ClassVar[bool] = True  # the server's answer needs an uploaded image
-    page: ClassVar[str | None] = None  # the server page's layout for it; None: the server does not serve it
+    page: ClassVar[str | None] = None  # the server page's layout for it (serve/page.py); None: its answer as JSON
     commands: ClassVar[tuple[str, ...]] = ()  # the task's own `vitlab` commands besides eval and predict
 
     def __init__(self, config: Any, loop: LoopConfig | None = None, dist: DistInfo | None = None) -> None:
@@ -185,6 +185,11 @@ class Task:
     def serving_context(self, saved: dict[str, Any]) -> dict[str, Any]:
         """What the server loads once for a run besides its model (a prior's VQGAN)."""
         return {}
+
+    @classmethod
+    def serves(cls) -> bool:
+        """Whether the server can answer for a run of this task (its inference module has an `answer`)."""
+        return cls.inference_module is not None and hasattr(cls._inference(), "answer")
 
     @classmethod
     def examples(cls, saved: dict[str, Any], count: int = 4) -> list[Path]:

@@ -1,0 +1,131 @@
+"""Extending vitlab without editing it: a family of one's own (a convnet classifier), a detector family of one's
+own and a task of one's own (tests/toy_extension.py), registered with the public API; `vitlab models`, `train`,
+`eval`, `predict`, `export` (ONNX), `convert` and `serve` then work with them. Each result is checked against the
+toy's own model, computed here: the same logits from the exported graph and the converted file, the same
+predictions from the server as from `vitlab predict`."""
+
+import importlib
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitlab.cli.main import main
+from vitlab.interop import load_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """The extension registered for this module's tests, and forgotten after them (the registries are the
+    library's; other tests in the process must not see the toy)."""
+    from vitlab.models import registry
+    from vitlab.tasks.base import TASKS
+
+    module = importlib.import_module("tests.toy_extension")
+    yield module
+    for name in ("toynet_28", "toydet_small"):
+        registry._PRESETS.pop(name, None)
+    for family in ("toynet", "toydet"):
+        registry._CONFIG_TYPES.pop(family, None)
+    TASKS.pop("brightness", None)
+    sys.modules.pop("tests.toy_extension", None)
+
+
+def out_json(capsys):
+    return json.loads(capsys.readouterr().out)
+
+
+def test_models_lists_the_toy_families(toy, capsys):
+    assert main(["models", "toy*"]) == 0
+    out = capsys.readouterr().out
+    assert "── toynet: a test's own convnet" in out and "── toydet: a test's own set-prediction" in out
+    parameters = sum(p.numel() for p in toy.toynet_28().build().parameters())
+    assert f"{parameters:,}" in out
+
+
+def test_a_toy_classifier_trains_evaluates_predicts_exports_and_converts(toy, tmp_path, capsys):
+    from tests.cli.test_train_eval_predict import make_folder
+
+    folder = make_folder(tmp_path / "images")
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(folder), "--model", "toynet_28", "--img-size", "16", "--batch-size", "8",
+                 "--epochs", "1", "--out", str(run), "--val-fraction", "0.25"]) == 0
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["model_config"]["family"] == "toynet"
+    capsys.readouterr()
+    assert main(["eval", str(run), "--json", "--no-plot"]) == 0
+    assert out_json(capsys)["classes"] == ["bottom", "top"]
+    image = folder / "top" / "1.png"
+    assert main(["predict", str(run), str(image), "--json", "--top-k", "2"]) == 0
+    predicted = out_json(capsys)[0]["top_k"]
+    assert len(predicted) == 2
+
+    model = load_model(run / "last.safetensors").eval()
+    images = torch.randn(3, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(images)
+    assert main(["export", str(run), "--format", "onnx"]) == 0
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(run / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"images": images.numpy()})[0]
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-4, atol=1e-5)
+
+    assert main(["convert", str(run / "last.safetensors"), str(tmp_path / "converted.safetensors")]) == 0
+    assert "ToyNet 8 wide, 2 deep" in capsys.readouterr().out
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path / "converted.safetensors")(images), expected)
+
+
+def test_a_toy_detector_trains_and_detects(toy, trained, tmp_path, capsys):
+    run = tmp_path / "det"
+    assert main(["train", "--task", "detection", "--model", "toydet_small", "--data", str(trained["scenes"]),
+                 "--epochs", "1", "--batch-size", "8", "--eval-batch-size", "4", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run), "--json"]) == 0
+    assert "map" in out_json(capsys)
+    image = sorted((trained["scenes"] / "images" / "val").glob("*.png"))[0]
+    assert main(["predict", str(run), str(image), "--threshold", "0.0", "--json"]) == 0
+    detections = out_json(capsys)[0]["detections"]
+    assert len(detections) == toy.toydet_small().num_queries  # softmax scores: one detection per query
+    assert main(["predict", str(run), str(image), "--runtime", "onnxruntime", "--threshold", "0.0", "--json"]) == 0
+    on_runtime = out_json(capsys)[0]["detections"]
+    assert [d["label"] for d in on_runtime] == [d["label"] for d in detections]
+
+
+def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, tmp_path, capsys):
+    from fastapi.testclient import TestClient
+
+    from vitlab.serve.app import create_app
+    from vitlab.serve.runs import load_runs
+
+    run = tmp_path / "bright"
+    assert main(["train", "--task", "brightness", "--samples", "64", "--out", str(run)]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert "val_mae" in rows[-1]
+    capsys.readouterr()
+    assert main(["eval", str(run), "--json", "--samples", "16"]) == 0
+    assert out_json(capsys)["samples"] == 16
+    path = tmp_path / "grey.png"
+    Image.fromarray(np.full((28, 28), 128, np.uint8)).save(path)
+    assert main(["predict", str(run), str(path), "--top-k", "2"]) == 2  # another task's option: refused, by name
+    assert "--top-k is not an option of a brightness run; it takes --scale" in capsys.readouterr().err
+    assert main(["predict", str(run), str(path), "--json", "--scale", "2"]) == 0
+    doubled = out_json(capsys)[0]["brightness"]
+    model = load_model(run / "last.safetensors").eval()
+    with torch.no_grad():
+        expected = float(model(torch.full((1, 1, 28, 28), 128 / 255))[0, 0])
+    assert doubled == pytest.approx(2 * expected, rel=1e-5)
+
+    app = create_app(load_runs([run], weights="last"), page=False)
+    with TestClient(app) as client:
+        listed = client.get("/api/runs").json()["runs"][0]
+        assert listed["task"] == "brightness" and listed["options"] == {}
+        answer = client.post(f"/api/runs/{run.name}/predict", files={"image": ("grey.png", path.read_bytes())})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["brightness"] == pytest.approx(expected, rel=1e-5)
