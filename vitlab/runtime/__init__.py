@@ -11,7 +11,8 @@ Backends: `torch` (the model itself, the reference), `compile` (torch.compile), 
 extras `vitlab[onnx]` and `vitlab[openvino]`). A run's graph is exported on first use and kept in RUN/runtime/;
 where a model's graph fixes a size (a ViT's image size, IPT's tile), a new size gets a graph of its own.
 `Runtime.as_model()` is the torch model with that one method running on the runtime (a `RuntimeModule` around it,
-wrapper.py): every task's eval, predict and serve code takes it in place of the model.
+wrapper.py): every task's eval, predict and serve code takes it in place of the model. On the torch and compile
+backends the graph is the model's inference path (fast.py): the same outputs, computed with its speed tricks.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The engines a graph runs on. Each takes the graph's inputs as numpy arrays or torch tensors and returns its
 outputs, in order, as torch tensors (CPU), so that the caller can rebuild the model's own return value.
 
-    torch        the model itself, eager (the reference every other backend is held to)
+    torch        the model eagerly, on its inference path (fast.py); the plain model is the reference every
+                 backend, this one too, is held to
     compile      the graph under torch.compile (inductor, frozen weights)
     onnxruntime  an ONNX graph in an onnxruntime InferenceSession on the CPU
     openvino     an OpenVINO model compiled for the CPU
@@ -67,7 +68,8 @@ def as_tensor(x: Any) -> torch.Tensor:
 
 
 class TorchBackend:
-    """The torch module itself (eager or compiled), under inference mode, bf16 autocast if asked."""
+    """The torch module itself (eager or compiled), under inference mode, bf16 autocast if asked. A graph's module
+    (graphs.py) is the model's inference path (fast.py); a loaded .pt2 program is run as it was exported."""
 
     def __init__(self, module: nn.Module, settings: CpuSettings, precision: str = "fp32",
                  compile: bool = False) -> None:

@@ -9,7 +9,9 @@ outputs, its dynamic axes, and how its outputs become the PyTorch model's own re
     vqgan decoder (vqgan)            codes (B, D, h, w)                       -> images (B, C, h·f, w·f)
 
 A graph's `method` is the model's method it stands in for (`forward`, or `decode` for the VQGAN), so that a model
-whose method is swapped for a runtime keeps working everywhere the torch model did (tiling, sampling, ...).
+whose method runs on a runtime (wrapper.RuntimeModule) keeps working everywhere the torch model did (tiling,
+sampling, ...). The graph computes it on the model's inference path (fast.py): the same outputs, with a ViT's lean
+last block (in every runtime's graph) and, on the torch backend, its in-place writes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from .fast import inference_model
 
 KINDS = {"vit": "classifier", "deit": "classifier", "resnet": "classifier", "detr": "detector",
          "deformable_detr": "detector", "setr": "segmenter", "ipt": "restorer", "edsr": "restorer",
@@ -115,10 +119,11 @@ def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None,
     `task`: a restorer's degradation (name or index; default the first)."""
     kind = kind_of(model)
     model = model.eval()
+    fast = inference_model(model)  # what every backend runs: the model's outputs, computed the fast way
     if kind == "classifier":
         example = example or (torch.randn(2, model.config.in_chans, *_image_size(model)),)
         spatial = {2: "height", 3: "width"} if family_of(model) == "resnet" else {}
-        return Graph(kind, _Returns(model, lambda m, x: (m(x),)), ("images",), ("logits",), example,
+        return Graph(kind, _Returns(fast, lambda m, x: (m(x),)), ("images",), ("logits",), example,
                      ({0: "batch", **spatial},))
     if kind == "detector":
         if example is None:
@@ -133,11 +138,11 @@ def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None,
             return out.logits, out.pred_boxes
 
         free = {0: "batch", 2: "height", 3: "width"}
-        return Graph(kind, _Returns(model, detect), ("images", "padding_mask"), ("logits", "pred_boxes"), example,
+        return Graph(kind, _Returns(fast, detect), ("images", "padding_mask"), ("logits", "pred_boxes"), example,
                      (free, {0: "batch", 1: "height", 2: "width"}))
     if kind == "segmenter":
         example = example or (torch.randn(2, 3, *_image_size(model.backbone)),)
-        return Graph(kind, _Returns(model, lambda m, x: (m(x).logits,)), ("images",), ("logits",), example,
+        return Graph(kind, _Returns(fast, lambda m, x: (m(x).logits,)), ("images",), ("logits",), example,
                      ({0: "batch"},))
     if kind == "restorer":
         index = model.task_index(0 if task is None else task)
@@ -146,14 +151,14 @@ def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None,
             example = (torch.rand(2, 3, size, size),)
         # IPT's body cuts a fixed-size input into a fixed token grid; EDSR is convolutional throughout
         free = {0: "batch"} if family_of(model) == "ipt" else {0: "batch", 2: "height", 3: "width"}
-        return Graph(kind, _Returns(model, lambda m, x: (m(x, index),)), ("images",), ("restored",), example,
+        return Graph(kind, _Returns(fast, lambda m, x: (m(x, index),)), ("images",), ("restored",), example,
                      (free,), task=index, meta={"degradation": model.degradations[index]})
     # the VQGAN decoder: what turns codes (sampled by a prior, or quantised by the encoder) into images
     c = model.config
     if example is None:
         side = c.resolution // model.downsample_factor
         example = (torch.randn(2, c.embed_dim, side, side),)
-    return Graph(kind, _Returns(model, lambda m, z: (m.decode(z),)), ("codes",), ("images",), example,
+    return Graph(kind, _Returns(fast, lambda m, z: (m.decode(z),)), ("codes",), ("images",), example,
                  ({0: "batch", 2: "height", 3: "width"},), method="decode")
 
 
