@@ -92,10 +92,7 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
         return timm_model()
 
     def timm_compiled():
-        import torch._inductor.config as inductor
-
-        inductor.freezing = True
-        return torch.compile(timm_model())
+        return torch.compile(timm_model(), options={"freezing": True})  # as vitlab's compile backend
 
     def timm_bf16():
         m = timm_model()

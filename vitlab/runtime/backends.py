@@ -80,11 +80,10 @@ class TorchBackend:
         self.precision = precision
         self.keeps_batch_free = compile  # see free_batch
         if compile:
-            import torch._inductor.config as inductor
-
-            # frozen weights let inductor fold them into its kernels (inference only: nothing trains them)
-            inductor.freezing = True
-            self.module = torch.compile(module)
+            # frozen weights let inductor fold them into its kernels (inference only: nothing trains them). An
+            # option of this compiled module alone, applied whenever it (re)compiles: inductor's process-wide
+            # config.freezing is left as it was, for the caller's other compiled models
+            self.module = torch.compile(module, options={"freezing": True})
         self.name = "compile" if compile else "torch"
 
     def __call__(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
