@@ -63,6 +63,14 @@ def test_it_shares_the_models_parameters_and_reads_its_attributes():
         assert inference_model(model) is model
 
 
+def test_building_it_leaves_the_models_training_flags_as_they_were():
+    model = vitlab.create_model("vit_mini_patch7_28", depth=2).train()
+    model.blocks[0].mlp.eval()  # a mixed model, as a fine-tuning with a frozen part has
+    fast = inference_model(model)
+    assert fast.training and model.training and model.blocks[1].mlp.training and not model.blocks[0].mlp.training
+    assert not fast.fast.blocks[0].mlp.training and fast.fast.blocks[1].mlp.training
+
+
 @pytest.mark.parametrize("name", ["vit_tiny_patch4_28", "deit_mini_distilled_patch7_28"])
 def test_forward_computes_only_the_class_tokens_rows_of_the_last_block(name):
     """The head reads the pooled tokens only, so the last block makes their rows alone: the same logits as the head

@@ -95,7 +95,7 @@ class InferenceMlp(Mlp):
         nn.Module.__init__(self)  # not Mlp.__init__, which would make new layers: these are the model's own
         for name, child in mlp.named_children():
             setattr(self, name, child)
-        self.train(mlp.training)
+        self.training = mlp.training  # its flag alone: train() would reset every shared sub-module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc1(x)  # (B, N, hidden): a fresh buffer nobody else holds
@@ -115,7 +115,7 @@ class InferenceBlock(EncoderBlock):
         nn.Module.__init__(self)  # not EncoderBlock.__init__, which would make new layers: these are the model's own
         for name, child in block.named_children():
             setattr(self, name, InferenceMlp(child) if type(child) is Mlp else child)
-        self.train(block.training)
+        self.training = block.training  # its flag alone: train() would reset every shared sub-module
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 key_padding_mask: torch.Tensor | None = None, pos: torch.Tensor | None = None,

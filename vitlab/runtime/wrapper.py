@@ -33,7 +33,7 @@ class ModelWrapper(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.wrapped = model
-        self.train(model.training)
+        self.training = model.training  # its flag alone: train() would set every sub-module of the model
 
     def __getattr__(self, name: str) -> Any:
         try:
