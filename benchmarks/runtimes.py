@@ -92,7 +92,14 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
         return timm_model()
 
     def timm_compiled():
-        return torch.compile(timm_model(), options={"freezing": True})  # as vitlab's compile backend
+        from vitlab.runtime.backends import FROZEN_WEIGHTS
+
+        compiled = torch.compile(timm_model())
+
+        def call(x):
+            with FROZEN_WEIGHTS:  # frozen weights, as vitlab's compile backend has them
+                return compiled(x)
+        return call
 
     def timm_bf16():
         m = timm_model()

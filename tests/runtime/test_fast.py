@@ -265,20 +265,21 @@ def test_the_torch_runtime_runs_the_inference_path():
 
 
 @pytest.mark.slow
-def test_the_compile_runtime_freezes_its_own_graph_only(monkeypatch):
-    """inductor's freezing is an option of the runtime's compiled module: its weights are frozen, and the
-    process-wide flag stays as it was."""
+def test_the_compile_runtime_freezes_its_weights_only_while_it_runs(monkeypatch):
+    """inductor's freezing is on while the runtime's compiled module runs (and compiles): its weights are frozen
+    into its graph, a second model's weights get a graph of their own, and the process-wide flag is as it was."""
     import torch._inductor.config as inductor
     import torch._inductor.freezing as freezing
 
     frozen = []
     freeze = freezing.freeze
     monkeypatch.setattr(freezing, "freeze", lambda *args, **kwargs: frozen.append(1) or freeze(*args, **kwargs))
-    torch.manual_seed(0)
-    model = vitlab.create_model("vit_mini_patch7_28", depth=1).eval()
     before = inductor.freezing
-    engine = runtime.load(model, backend="compile")
     images = torch.randn(3, 1, 28, 28)
-    with torch.inference_mode():
-        torch.testing.assert_close(engine(images), model(images), atol=1e-5, rtol=1e-5)
-    assert frozen and inductor.freezing == before
+    for seed in (0, 1):  # the same architecture, other weights
+        torch.manual_seed(seed)
+        model = vitlab.create_model("vit_mini_patch7_28", depth=1).eval()
+        engine = runtime.load(model, backend="compile")
+        with torch.inference_mode():
+            torch.testing.assert_close(engine(images), model(images), atol=1e-5, rtol=1e-5)
+        assert len(frozen) == seed + 1 and inductor.freezing == before
