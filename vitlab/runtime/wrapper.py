@@ -67,7 +67,8 @@ def _plain_method(cls: type, name: str) -> types.FunctionType | None:
 
 
 class RuntimeModule(ModelWrapper):
-    """A classifier or segmenter whose forward runs on `runtime`: images (B, C, H, W) -> what the model returns.
+    """A model whose forward runs on `runtime`: the graph's inputs (a classifier's or segmenter's images
+    (B, C, H, W)) -> what the model returns.
 
     `runtime` says what runs it. The subclasses below take the other kinds' graph methods; `runtime_module`
     picks one by the graph's kind.
@@ -77,8 +78,8 @@ class RuntimeModule(ModelWrapper):
         super().__init__(model)
         self.runtime = runtime
 
-    def forward(self, images: Any) -> Any:
-        return self.runtime(images)
+    def forward(self, *inputs: Any) -> Any:
+        return self.runtime(*inputs)
 
 
 class RuntimeDetector(RuntimeModule):
@@ -112,10 +113,10 @@ class RuntimeDecoder(RuntimeModule):
         return self.runtime(z_q)
 
 
-RUNTIME_MODULES = {"classifier": RuntimeModule, "segmenter": RuntimeModule, "detector": RuntimeDetector,
-                   "restorer": RuntimeRestorer, "vqgan-decoder": RuntimeDecoder}
+RUNTIME_MODULES = {"detector": RuntimeDetector, "restorer": RuntimeRestorer, "vqgan-decoder": RuntimeDecoder}
 
 
 def runtime_module(model: nn.Module, runtime: Runtime) -> RuntimeModule:
-    """`model` with its graph's method on `runtime`: the wrapper for the graph's kind."""
-    return RUNTIME_MODULES[runtime.kind](model, runtime)
+    """`model` with its graph's method on `runtime`: the wrapper for the graph's kind; a forward that takes the
+    graph's inputs for any other kind (classifier, segmenter)."""
+    return RUNTIME_MODULES.get(runtime.kind, RuntimeModule)(model, runtime)
