@@ -1,8 +1,9 @@
-"""What writing inference results into the block's own fresh buffers is worth (layers/mlp.py: `may_overwrite`,
-`activate_in_place`; layers/blocks.py: `EncoderBlock.add_residual`).
+"""What writing inference results into the block's own fresh buffers is worth (vitlab/runtime/fast.py:
+`may_overwrite`, `activate_in_place`, `InferenceBlock.add_residual`).
 
-The same vitlab model is timed with it on and off (off: `may_overwrite` answers no, so GELU and the residual sums go
-into new tensors, as in timm and Hugging Face), with timm beside them, interleaved and rotated in one process.
+The same vitlab model on its inference path is timed with it on and off (off: `may_overwrite` answers no, so GELU
+and the residual sums go into new tensors, as in timm and Hugging Face), with timm beside them, interleaved and
+rotated in one process.
 Each setting of the process runs in its own fresh process, because glibc's allocator cannot be set back.
 
     python benchmarks/inplace_inference.py            # ViT-Ti/16 b32, the mini model b256; both process settings
@@ -33,14 +34,13 @@ def probe(cpu_settings: str, workloads: list, rounds: int, target_s: float) -> l
     """In this (fresh) process: images/s of each variant per round, interleaved and rotated."""
     import torch
 
-    import vitlab.layers.blocks as blocks
-    import vitlab.layers.mlp as mlp
+    import vitlab.runtime.fast as fast
     from benchmarks.harness import build, image_shape, timed
     from vitlab.engine.speed import tune_process
 
     if cpu_settings == "vitlab":
         tune_process()
-    in_place = mlp.may_overwrite
+    in_place = fast.may_overwrite
 
     def never(*_args) -> bool:
         return False
@@ -53,7 +53,7 @@ def probe(cpu_settings: str, workloads: list, rounds: int, target_s: float) -> l
 
         def run(variant: str, ours=ours, theirs=theirs, x=x) -> None:
             check = in_place if variant == "in place" else never
-            mlp.may_overwrite = blocks.may_overwrite = check
+            fast.may_overwrite = check
             with torch.inference_mode():
                 (theirs if variant == "timm" else ours)(x)
 
@@ -62,7 +62,7 @@ def probe(cpu_settings: str, workloads: list, rounds: int, target_s: float) -> l
         for r in range(rounds):
             for v in VARIANTS[r % 3:] + VARIANTS[: r % 3]:
                 seconds[v].append(timed(lambda v=v: run(v), calls[v], warmup=0))
-        mlp.may_overwrite = blocks.may_overwrite = in_place
+        fast.may_overwrite = in_place
         row = {"model": name, "batch": batch, "cpu_settings": cpu_settings, "rounds": rounds}
         for v in VARIANTS:
             row[f"{v} img/s"] = batch / statistics.median(seconds[v])

@@ -92,10 +92,14 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
         return timm_model()
 
     def timm_compiled():
-        import torch._inductor.config as inductor
+        from vitlab.runtime.backends import FROZEN_WEIGHTS
 
-        inductor.freezing = True
-        return torch.compile(timm_model())
+        compiled = torch.compile(timm_model())
+
+        def call(x):
+            with FROZEN_WEIGHTS:  # frozen weights, as vitlab's compile backend has them
+                return compiled(x)
+        return call
 
     def timm_bf16():
         m = timm_model()

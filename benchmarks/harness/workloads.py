@@ -1,7 +1,9 @@
 """The workloads of the speed benchmark and the same ViT built in each library (vitlab, timm, Hugging Face).
 
 Each library builds the same transformer (same width, depth, heads, patch, image size, classes) with random
-weights; a conv-stem hybrid, which has no twin elsewhere, is compared through its plain-patch twin.
+weights; a conv-stem hybrid, which has no twin elsewhere, is compared through its plain-patch twin. vitlab's model
+runs on its inference path (vitlab.runtime.fast: the lean last block, in-place writes under inference_mode), as
+`vitlab.runtime.load(..., backend="torch")` runs it; its reference layers compute what timm's and HF's do.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from torch import nn
 
 from vitlab.layers.patch_embed import ConvStemPatchEmbed
 from vitlab.models.registry import create_model, get_config, list_models
+from vitlab.runtime.fast import inference_model
 
 LIBRARIES = ("vitlab", "timm", "hf")
 
@@ -77,7 +80,7 @@ def has_conv_stem(config) -> bool:
 def build(library: str, name: str, **overrides) -> nn.Module:
     """The same architecture in each library. Returns a module mapping images (B, C, H, W) to logits."""
     if library == "vitlab":
-        return create_model(name, **overrides)
+        return inference_model(create_model(name, **overrides))
     c = get_config(name, **overrides)
     if has_conv_stem(c):
         raise ValueError(f"{library} has no convolutional stem; compare {comparable(name)} instead of {name}")

@@ -1,12 +1,17 @@
-"""Multi-scale deformable attention against a loop-by-loop bilinear reference, transformers' grid_sample path,
-autograd's numerical gradients, and onnxruntime."""
+"""Multi-scale deformable attention against a loop-by-loop bilinear reference, its own grid_sample formulation
+(multi_scale_deformable_attention_reference) and transformers', autograd's numerical gradients, and onnxruntime."""
 
 import math
 
 import pytest
 import torch
 
-from vitlab.layers.deform_attn import MSDeformAttn, level_start_index, multi_scale_deformable_attention
+from vitlab.layers.deform_attn import (
+    MSDeformAttn,
+    level_start_index,
+    multi_scale_deformable_attention,
+    multi_scale_deformable_attention_reference,
+)
 
 SHAPES = torch.tensor([[6, 5], [3, 3], [2, 1]])  # (H, W) of three levels, not square, one a single column
 
@@ -48,6 +53,33 @@ def random_inputs(B=2, Q=5, M=2, D=3, P=3, dtype=torch.float32, seed=0):
 def test_equals_the_bilinear_definition():
     inputs = random_inputs()
     torch.testing.assert_close(multi_scale_deformable_attention(*inputs), brute_force(*inputs), atol=1e-5, rtol=1e-5)
+
+
+def test_the_grid_sample_reference_is_the_bilinear_definition():
+    inputs = random_inputs()
+    torch.testing.assert_close(multi_scale_deformable_attention_reference(*inputs), brute_force(*inputs), atol=1e-5,
+                               rtol=1e-5)
+
+
+def test_the_fast_path_equals_the_grid_sample_reference_forward_and_backward():
+    """The fast path (padded levels, embedding_bag, the backward written out) against the package's own per-level
+    grid_sample path with autograd through it, in float64, with points inside, across and outside every edge."""
+    value, shapes, locations, weights = random_inputs(B=2, Q=9, M=4, D=8, P=4, dtype=torch.float64, seed=5)
+    fast = [t.clone().requires_grad_() for t in (value, locations, weights)]
+    reference = [t.clone().requires_grad_() for t in (value, locations, weights)]
+    out = multi_scale_deformable_attention(fast[0], shapes, fast[1], fast[2])
+    expected = multi_scale_deformable_attention_reference(reference[0], shapes, reference[1], reference[2])
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-12)
+    upstream = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    (out * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    for name, mine, theirs in zip(("value", "locations", "weights"), fast, reference):
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-10, rtol=1e-10, msg=name)
+    # and in float32, the dtype models run in
+    value, shapes, locations, weights = random_inputs(B=2, Q=7, M=4, D=8, P=4, seed=7)
+    torch.testing.assert_close(multi_scale_deformable_attention(value, shapes, locations, weights),
+                               multi_scale_deformable_attention_reference(value, shapes, locations, weights),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_equals_transformers_grid_sample_path():

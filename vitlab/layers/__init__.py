@@ -2,7 +2,13 @@
 
 from .attention import MultiHeadAttention, explicit_attention
 from .blocks import DecoderBlock, EncoderBlock, KVCache, LayerScale, PostNormEncoderBlock, PreNormDecoderBlock
-from .deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn, multi_scale_deformable_attention
+from .deform_attn import (
+    DeformableDecoderBlock,
+    DeformableEncoderBlock,
+    MSDeformAttn,
+    multi_scale_deformable_attention,
+    multi_scale_deformable_attention_reference,
+)
 from .drop import DropPath, drop_path
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unpatchify
@@ -26,6 +32,7 @@ __all__ = [
     "explicit_attention",
     "learned_pos_embed",
     "multi_scale_deformable_attention",
+    "multi_scale_deformable_attention_reference",
     "patchify",
     "resample_pos_embed",
     "sincos_1d",

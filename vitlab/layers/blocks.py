@@ -36,7 +36,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .drop import DropPath
-from .mlp import Mlp, call_unless_noop, may_overwrite
+from .mlp import Mlp
 
 LayerNorm6 = partial(nn.LayerNorm, eps=1e-6)  # the epsilon of the JAX ViT release and of timm
 
@@ -110,50 +110,22 @@ class EncoderBlock(nn.Module):
         With a `cache` (a decoder-only transformer, GPT's block under a causal mask), x holds only the N new tokens,
         which attend to the cached ones and to each other; attn_mask must then broadcast to (B, heads, N, T + N)
         (None when N = 1) and key_padding_mask must be None."""
-        # unused layer scale and drop path are nn.Identity: skipped rather than called (see call_unless_noop)
-        h = self.norm1(x)
-        if cache is None:
-            attended = self.self_attention(h, attn_mask, key_padding_mask, pos)
-        else:
-            if key_padding_mask is not None:
-                raise ValueError("a cached step takes no key_padding_mask: fold it into attn_mask")
-            qk = with_pos(h, pos)
-            attended = attend_with_cache(self.attn, qk, h, attn_mask, cache)
-        x = self.add_residual(x, attended, self.attn, self.ls1, self.drop_path1)
-        x = self.add_residual(x, self.mlp(self.norm2(x)), self.mlp, self.ls2, self.drop_path2)
+        attended = self.self_attention(self.norm1(x), attn_mask, key_padding_mask, pos, cache=cache)  # MSA(LN(x))
+        x = x + self.drop_path1(self.ls1(attended))  # eq. 2
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # eq. 3
         return x
 
-    def forward_first(self, x: torch.Tensor, keep: int) -> torch.Tensor:
-        """The block's output for the first `keep` tokens alone: x (B, N, D) -> (B, keep, D).
-
-        Every token still gives a key and a value; only the first `keep` ask queries, and only their rows go through
-        the output projection and the MLP. Equal to `forward(x)[:, :keep]` (up to float rounding), for about
-        keep/N of the cost of everything but the key and value projections: what a classifier that reads only its
-        class token needs of its last block. Self-attention without masks, positions or a cache, as a ViT's.
-        """
-        h = self.norm1(x)
-        attended = self.attn(h[:, :keep], h)  # queries (B, keep, D) attend over keys and values from all N tokens
-        x = self.add_residual(x[:, :keep], attended, self.attn, self.ls1, self.drop_path1)  # (B, keep, D)
-        return self.add_residual(x, self.mlp(self.norm2(x)), self.mlp, self.ls2, self.drop_path2)
-
     def self_attention(self, h: torch.Tensor, attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
-                       pos: torch.Tensor | None, return_attn: bool = False):
-        """Attention of h (B, N, D) over itself: queries and keys from h + pos, values from h -> (B, N, D)."""
+                       pos: torch.Tensor | None, return_attn: bool = False, cache: KVCache | None = None):
+        """Attention of h (B, N, D) over itself: queries and keys from h + pos, values from h -> (B, N, D).
+
+        With a `cache`, over the cached tokens too, whose keys and values h's are appended to (see forward)."""
         qk = with_pos(h, pos)  # h itself without positions: then one fused matmul for q, k and v
+        if cache is not None:
+            if key_padding_mask is not None:
+                raise ValueError("a cached step takes no key_padding_mask: fold it into attn_mask")
+            return attend_with_cache(self.attn, qk, h, attn_mask, cache)
         return self.attn(qk, qk, h, attn_mask=attn_mask, key_padding_mask=key_padding_mask, return_attn=return_attn)
-
-    @staticmethod
-    def add_residual(x: torch.Tensor, branch: torch.Tensor, *branch_modules: nn.Module) -> torch.Tensor:
-        """x + DropPath(LayerScale(branch)), the scale and drop path skipped when they are nn.Identity.
-
-        x, branch: (B, N, D). In inference the sum is written into the branch's fresh output instead of a new
-        tensor (the input x is left untouched: a caller may hold it).
-        """
-        *_, scale, drop_path = branch_modules
-        branch = call_unless_noop(drop_path, call_unless_noop(scale, branch))
-        if branch.dtype == x.dtype and may_overwrite(branch, *branch_modules):
-            return branch.add_(x)
-        return x + branch
 
     def forward_with_attn(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,

@@ -9,10 +9,12 @@ where the offsets Δp and the weights A (a softmax over the L·P points together
 query, and V^l(x) reads the value map of level l at a fractional location by bilinear interpolation.
 
 The official code and transformers' fallback read V^l with one `grid_sample` call per level, then stack and
-weight the samples. Here the whole sum is one weighted lookup into the values of all levels at once. Each level
-gets a one-pixel border of zeros (that is `grid_sample`'s zero padding with `align_corners=False`), so a sample
-point is always its four corner pixels, rows tl, tl+1, tl+W+2 and tl+W+3 of the padded
-(B·S_padded·heads, head_dim) value table, with bilinear weights; and
+weight the samples: `multi_scale_deformable_attention_reference` is that formulation, the readable one, kept as the
+definition the fast path is held to (forward and gradients, tests/layers/test_deform_attn.py). The fast path,
+`multi_scale_deformable_attention`, makes the whole sum one weighted lookup into the values of all levels at
+once. Each level gets a one-pixel border of zeros (that is `grid_sample`'s zero padding with
+`align_corners=False`), so a sample point is always its four corner pixels, rows tl, tl+1, tl+W+2 and tl+W+3 of
+the padded (B·S_padded·heads, head_dim) value table, with bilinear weights; and
 `F.embedding_bag(mode="sum", per_sample_weights=A·bilinear)` sums a query's L·P·4 weighted rows without ever
 materialising the samples. Its own backward is slow on the CPU (a sort of every corner and a serial
 per-sample-weight kernel), so the backward is written out here:
@@ -217,15 +219,8 @@ def _scatter_to_corners(grad: torch.Tensor, top_left_row: torch.Tensor, weights:
     return total
 
 
-def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.Tensor,
-                                     sampling_locations: torch.Tensor,
-                                     attention_weights: torch.Tensor) -> torch.Tensor:
-    """Σ over levels and points of the attention weight times the bilinearly sampled value, per head.
-
-    value (B, S, heads, head_dim); spatial_shapes (L, 2) as (H, W); sampling_locations (B, Q, heads, L, P, 2) in
-    [0, 1]; attention_weights (B, Q, heads, L, P) -> (B, Q, heads·head_dim).
-    """
-    batch, length, heads, head_dim = value.shape
+def _check_shapes(value: torch.Tensor, sampling_locations: torch.Tensor, attention_weights: torch.Tensor) -> None:
+    batch, _, heads, _ = value.shape
     queries = sampling_locations.shape[1]
     if sampling_locations.shape[-1] != 2 or sampling_locations.shape[:3] != (batch, queries, heads):
         raise ValueError(f"sampling_locations must be (B={batch}, Q, heads={heads}, L, P, 2), got "
@@ -233,6 +228,56 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.
     if attention_weights.shape != sampling_locations.shape[:-1]:
         raise ValueError(f"attention_weights must be {tuple(sampling_locations.shape[:-1])} (one per sampling "
                          f"point), got {tuple(attention_weights.shape)}")
+
+
+def multi_scale_deformable_attention_reference(value: torch.Tensor, spatial_shapes: torch.Tensor,
+                                               sampling_locations: torch.Tensor,
+                                               attention_weights: torch.Tensor) -> torch.Tensor:
+    """Eq. 3 as the paper's code computes it: each level's value map read at the sampling points with one
+    `F.grid_sample`, then the samples weighted and summed over levels and points.
+
+    grid_sample's bilinear reading with zero padding and align_corners=False is V^l(x) of the paper: pixel i's
+    centre at (i + ½)/W, and outside the map zeros. Every sample is materialised, (B·heads, head_dim, Q, L, P) in
+    all, and autograd differentiates through grid_sample: the readable path, and the definition the fast one is held
+    to. Shapes as in `multi_scale_deformable_attention`: value (B, S, heads, head_dim), spatial_shapes (L, 2) as
+    (H, W), sampling_locations (B, Q, heads, L, P, 2) as (x, y) in [0, 1], attention_weights (B, Q, heads, L, P)
+    -> (B, Q, heads·head_dim).
+    """
+    _check_shapes(value, sampling_locations, attention_weights)
+    batch, length, heads, head_dim = value.shape
+    _, queries, _, levels, points, _ = sampling_locations.shape
+    shapes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
+    if sum(h * w for h, w in shapes) != length:
+        raise ValueError(f"the levels {spatial_shapes.tolist()} hold {sum(h * w for h, w in shapes)} pixels, "
+                         f"but value has S={length}")
+    grid = 2 * sampling_locations - 1  # grid_sample's coordinates: -1 and 1 are the maps' outer edges
+    samples = []
+    for level, level_value in enumerate(value.split([h * w for h, w in shapes], dim=1)):
+        height, width = shapes[level]
+        # one map per image and head: (B, H·W, heads, head_dim) -> (B·heads, head_dim, H, W)
+        maps = level_value.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, height, width)
+        # where each query's points fall on this level: (B, Q, heads, P, 2) -> (B·heads, Q, P, 2)
+        points_xy = grid[:, :, :, level].transpose(1, 2).reshape(batch * heads, queries, points, 2)
+        samples.append(F.grid_sample(maps, points_xy, mode="bilinear", padding_mode="zeros", align_corners=False))
+    sampled = torch.stack(samples, dim=3)  # L × (B·heads, head_dim, Q, P) -> (B·heads, head_dim, Q, L, P)
+    weights = attention_weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels, points)
+    out = (sampled * weights).sum((3, 4))  # (B·heads, head_dim, Q)
+    # heads side by side, as the fast path and the output projection have them: -> (B, Q, heads·head_dim)
+    return out.view(batch, heads * head_dim, queries).transpose(1, 2)
+
+
+def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.Tensor,
+                                     sampling_locations: torch.Tensor,
+                                     attention_weights: torch.Tensor) -> torch.Tensor:
+    """Σ over levels and points of the attention weight times the bilinearly sampled value, per head: the fast
+    path (the module docstring), equal to `multi_scale_deformable_attention_reference` up to float rounding.
+
+    value (B, S, heads, head_dim); spatial_shapes (L, 2) as (H, W); sampling_locations (B, Q, heads, L, P, 2) in
+    [0, 1]; attention_weights (B, Q, heads, L, P) -> (B, Q, heads·head_dim).
+    """
+    _check_shapes(value, sampling_locations, attention_weights)
+    batch, length, heads, head_dim = value.shape
+    queries = sampling_locations.shape[1]
     if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting() or torch.jit.is_tracing():
         # traceable with symbolic sizes: no Python list of the level shapes, a gather instead of embedding_bag
         rows, weights = _corner_rows_and_weights(value.shape, spatial_shapes, sampling_locations, attention_weights)

@@ -11,7 +11,6 @@ D width (`dim`).
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from collections.abc import Sequence
@@ -23,7 +22,6 @@ import torch
 from torch import nn
 
 from ..layers.blocks import EncoderBlock
-from ..layers.mlp import hooked
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
 from .family import ExportSpec, ModelFamily
@@ -226,7 +224,9 @@ class VisionTransformer(nn.Module):
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """tokens (B, P + N, D) -> logits (B, num_classes), or the pooled features (B, D) if pre_logits.
 
-        With token pooling only the class token x[:, 0] is read, so the prefix tokens alone (B, P, D) will do."""
+        With token pooling only the class token x[:, 0] is read, so the prefix tokens alone (B, P, D) will do: a
+        subclass's head must keep to that (reading x[:, :P] only), since the inference path (runtime/fast.py) hands
+        it just those rows of the last block."""
         if self.global_pool == "token":
             pooled = x[:, 0]  # the class token
         else:
@@ -235,22 +235,8 @@ class VisionTransformer(nn.Module):
         return pooled if pre_logits else self.head(pooled)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """images (B, C, H, W) -> logits (B, num_classes): forward_head(forward_features(images)), computed lean.
-
-        With the class token as the pooled feature, eq. 4 reads only the prefix tokens of z_L: the patch tokens'
-        rows of the last block are never read, so that block produces the prefix rows alone (its keys and values
-        still come from every token). Same logits up to float rounding, for about 0.84/depth less work (ViT-B/16
-        at 224: 7 %). A forward hook on the last block or the final norm would see (B, P, D) instead of
-        (B, P + N, D), so with one registered there the full path runs instead (a global hook sees the lean shapes).
-        """
-        last = self.blocks[-1] if len(self.blocks) else None
-        if self.global_pool != "token" or last is None or hooked(last, self.norm):
-            return self.forward_head(self.forward_features(images))
-        x = self.embed(images)
-        for block in itertools.islice(self.blocks, len(self.blocks) - 1):
-            x = block(x)
-        x = last.forward_first(x, self.num_prefix_tokens)  # (B, P, D): the class (and distillation) token
-        return self.forward_head(self.norm(x))
+        """images (B, C, H, W) -> logits (B, num_classes) (or pooled features (B, D) when num_classes=0)."""
+        return self.forward_head(self.forward_features(images))
 
     # ---- feature extraction --------------------------------------------------------------------------------
     def get_intermediate_layers(

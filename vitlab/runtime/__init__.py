@@ -10,13 +10,13 @@
 Backends: `torch` (the model itself, the reference), `compile` (torch.compile), `onnxruntime` and `openvino` (the
 extras `vitlab[onnx]` and `vitlab[openvino]`). A run's graph is exported on first use and kept in RUN/runtime/;
 where a model's graph fixes a size (a ViT's image size, IPT's tile), a new size gets a graph of its own.
-`Runtime.as_model()` is the torch model with that one method running on the runtime: every task's eval, predict
-and serve code takes it in place of the model.
+`Runtime.as_model()` is the torch model with that one method running on the runtime (a `RuntimeModule` around it,
+wrapper.py): every task's eval, predict and serve code takes it in place of the model. On the torch and compile
+backends the graph is the model's inference path (fast.py): the same outputs, computed with its speed tricks.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 import time
@@ -39,8 +39,10 @@ from .backends import (
 )
 from .export import FORMATS, export_graph, export_model, exported_program, read_metadata, require, run_cache
 from .graphs import ExportError, Graph, check_backend, graph_for, pack
+from .wrapper import RuntimeModule, runtime_module
 
-__all__ = ["BACKENDS", "FORMATS", "PRECISIONS", "ExportError", "Runtime", "export_model", "load", "runtime_model"]
+__all__ = ["BACKENDS", "FORMATS", "PRECISIONS", "ExportError", "Runtime", "RuntimeModule", "export_model", "load",
+           "runtime_model"]
 
 FILE_BACKENDS = {".onnx": ("onnxruntime", "openvino"), ".xml": ("openvino",), ".pt2": ("torch", "compile")}
 
@@ -143,28 +145,14 @@ class Runtime:
         return self.cache_dir / ("-".join(parts) + ".onnx")
 
     # -- the torch model with its graph's method on this runtime -------------------------------------------------
-    def as_model(self) -> nn.Module:
-        """A shallow copy of the model (the same parameters) whose `forward` (a VQGAN: `decode`) runs here."""
+    def as_model(self) -> RuntimeModule:
+        """The torch model with its graph's method (`forward`; a VQGAN: `decode`) running here: a RuntimeModule
+        around it (wrapper.py), whose other attributes and methods are the model's and whose parameters are the
+        model's own tensors. Its `runtime` says what runs it; the model itself is left as it was."""
         if self.model is None:
             raise ValueError("a runtime loaded from an exported file has no torch model around it; load the run "
                              "folder to use it in vitlab's eval, predict and serve")
-        model = copy.copy(self.model)
-        original = getattr(type(model), self.method)
-        runtime = self
-        if self.kind == "restorer":
-            def method(x, task=0, return_tokens=False):
-                if return_tokens:  # the attention pictures need the body's tokens: only torch has them
-                    return original(model, x, task, return_tokens=True)
-                return runtime(x, task=task)
-        elif self.kind == "detector":
-            def method(images, padding_mask=None):
-                return runtime(images, padding_mask)
-        else:
-            def method(x):
-                return runtime(x)
-        object.__setattr__(model, self.method, method)
-        model.runtime = self  # on the copy only: says what runs it
-        return model
+        return runtime_module(self.model, self)
 
     def describe(self) -> str:
         engine = next(iter(self._engines.values()), None)

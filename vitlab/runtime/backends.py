@@ -1,7 +1,8 @@
 """The engines a graph runs on. Each takes the graph's inputs as numpy arrays or torch tensors and returns its
 outputs, in order, as torch tensors (CPU), so that the caller can rebuild the model's own return value.
 
-    torch        the model itself, eager (the reference every other backend is held to)
+    torch        the model eagerly, on its inference path (fast.py); the plain model is the reference every
+                 backend, this one too, is held to
     compile      the graph under torch.compile (inductor, frozen weights)
     onnxruntime  an ONNX graph in an onnxruntime InferenceSession on the CPU
     openvino     an OpenVINO model compiled for the CPU
@@ -67,7 +68,8 @@ def as_tensor(x: Any) -> torch.Tensor:
 
 
 class TorchBackend:
-    """The torch module itself (eager or compiled), under inference mode, bf16 autocast if asked."""
+    """The torch module itself (eager or compiled), under inference mode, bf16 autocast if asked. A graph's module
+    (graphs.py) is the model's inference path (fast.py); a loaded .pt2 program is run as it was exported."""
 
     def __init__(self, module: nn.Module, settings: CpuSettings, precision: str = "fp32",
                  compile: bool = False) -> None:
@@ -77,11 +79,10 @@ class TorchBackend:
         self.module = module
         self.precision = precision
         self.keeps_batch_free = compile  # see free_batch
+        # frozen weights let inductor fold them into its kernels (inference only: nothing trains them); on only
+        # while this module runs, which is when torch.compile (re)compiles it: see FrozenWeights
+        self.frozen = FROZEN_WEIGHTS if compile else nullcontext()
         if compile:
-            import torch._inductor.config as inductor
-
-            # frozen weights let inductor fold them into its kernels (inference only: nothing trains them)
-            inductor.freezing = True
             self.module = torch.compile(module)
         self.name = "compile" if compile else "torch"
 
@@ -90,13 +91,50 @@ class TorchBackend:
         tensors = [as_tensor(x) for x in inputs]
         if self.keeps_batch_free:
             tensors = [free_batch(t) for t in tensors]
-        with torch.inference_mode(), autocast:
+        with torch.inference_mode(), autocast, self.frozen:
             outputs = self.module(*tensors)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else outputs
         return [o.float() for o in outputs]
 
     def version(self) -> str:
         return f"torch {torch.__version__}"
+
+
+class FrozenWeights:
+    """inductor's `freezing` on while any compiled runtime call runs, then back to what it was.
+
+    torch.compile compiles lazily, inside a call (the first, and again for a new shape), and the flag must be on
+    then for dynamo as well as for inductor: dynamo reads it while tracing to make the weights constants of the
+    graph, guarded by identity, which inductor then folds and packs. A per-compile option
+    (`torch.compile(options={"freezing": True})`) reaches inductor alone: the weights stay graph inputs, nothing is
+    frozen, and the graph is reused for another model's weights. So the process-wide flag is set around the calls,
+    counted, since serve's workers run calls at once: on from the first to enter, restored when the last leaves.
+    Meanwhile, other code compiling in another thread sees it on too.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._before = False
+
+    def __enter__(self) -> None:
+        import torch._inductor.config as inductor
+
+        with self._lock:
+            if not self._running:
+                self._before, inductor.freezing = inductor.freezing, True
+            self._running += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        import torch._inductor.config as inductor
+
+        with self._lock:
+            self._running -= 1
+            if not self._running:
+                inductor.freezing = self._before
+
+
+FROZEN_WEIGHTS = FrozenWeights()
 
 
 def free_batch(x: torch.Tensor) -> torch.Tensor:

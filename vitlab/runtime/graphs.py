@@ -5,7 +5,9 @@ Each family declares its graph (`model.export_spec()`, models/family.py) and how
 (`config.pack_outputs`), what cannot be exported (`config.not_exportable`) and the backends that compute it wrongly
 (`config.wrong_on`); this module knows no family. A graph's `method` is the model's method it stands in for
 (`forward`, or `decode` for the VQGAN), so that a model whose method runs on a runtime keeps working everywhere the
-torch model did (tiling, sampling, ...).
+torch model did (tiling, sampling, ...; wrapper.RuntimeModule). The graph computes it on the model's
+inference path (fast.py): the same outputs, with a ViT's lean last block (in every runtime's graph) and, on the
+torch backend, its in-place writes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from .fast import inference_model
 
 
 class ExportError(ValueError):
@@ -109,8 +113,10 @@ def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None,
     check_exportable(model)
     model = model.eval()
     spec = model.export_spec(example, task)
-    return Graph(spec.kind, _Returns(model, spec.outputs), spec.input_names, spec.output_names, spec.example,
-                 spec.dynamic, spec.method, spec.task, dict(spec.meta), family_of(model), spec.onnx_fusion)
+    # what every backend runs: the model's outputs, computed the fast way
+    return Graph(spec.kind, _Returns(inference_model(model), spec.outputs), spec.input_names, spec.output_names,
+                 spec.example, spec.dynamic, spec.method, spec.task, dict(spec.meta), family_of(model),
+                 spec.onnx_fusion)
 
 
 def pack(family: str | None, outputs: list[torch.Tensor]) -> Any:
