@@ -35,6 +35,11 @@ sys.path.insert(0, str(ROOT))
 RESULTS = Path(__file__).parent / "results"
 
 
+def eager(model, images: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(images)
+
+
 def vit_cases(new, old, batches: tuple[int, ...]) -> dict:
     torch.manual_seed(0)
     after = new.create_model("vit_small_patch16_224").eval()
@@ -46,13 +51,10 @@ def vit_cases(new, old, batches: tuple[int, ...]) -> dict:
         fast_after = new.runtime.load(after, backend="torch")
         fast_before = old.runtime.load(before, backend="torch")
 
-        def eager(model, images=images):
-            with torch.inference_mode():
-                return model(images)
-
         cases[f"vit_s16_runtime_b{batch}"] = (lambda f=fast_after, x=images: f(x),
                                                lambda f=fast_before, x=images: f(x))
-        cases[f"vit_s16_eager_b{batch}"] = (lambda m=after: eager(m), lambda m=before: eager(m))
+        cases[f"vit_s16_eager_b{batch}"] = (lambda m=after, x=images: eager(m, x),
+                                             lambda m=before, x=images: eager(m, x))
     return cases
 
 
