@@ -6,7 +6,7 @@ import json
 import pytest
 import safetensors.torch
 
-import vitlab.interop.weights
+import vitlab.checkpoint
 from tests.engine.conftest import tiny_options
 from vitlab.cli.main import main
 from vitlab.engine.run import RUN_FILES, RunDir, RunFileError
@@ -100,7 +100,7 @@ def test_a_write_killed_half_way_leaves_the_previous_file(tmp_path, monkeypatch)
     def dies(*args, **kwargs):
         raise KeyboardInterrupt("killed while writing")
 
-    monkeypatch.setattr(vitlab.interop.weights, "save_file", writes_half_then_dies)
+    monkeypatch.setattr(vitlab.checkpoint, "save_file", writes_half_then_dies)  # where save_weights writes
     with pytest.raises(KeyboardInterrupt):
         run.save_weights("last", model)
     monkeypatch.setattr(json, "dumps", dies)

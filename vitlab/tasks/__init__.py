@@ -4,13 +4,17 @@
 elsewhere does."""
 
 from .base import TASKS, Task, register_task
-from .classification import ClassificationTask
-from .detection import DetectionTask
-from .generation import PriorTask, VQGANTask
 from .launch import load_run, load_task, resume, train
-from .restoration import RestorationTask
-from .segmentation import SegmentationTask
+
+# isort: off
+# the order tasks register in is the order `--task` lists them
+from .classification import ClassificationTask
 from .seq2seq import Seq2SeqTask
+from .detection import DetectionTask
+from .segmentation import SegmentationTask
+from .restoration import RestorationTask
+from .generation import VQGANTask, PriorTask
+# isort: on
 
 __all__ = [
     "TASKS",

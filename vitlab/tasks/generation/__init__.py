@@ -2,7 +2,11 @@
 codebook and discriminator, `--task prior` a transformer over its codes."""
 
 from .config import PriorTaskConfig, VQGANTaskConfig
-from .prior_task import PriorTask
+
+# isort: off
+# the VQGAN registers before the prior, which trains on its runs
 from .vqgan_task import VQGANTask
+from .prior_task import PriorTask
+# isort: on
 
 __all__ = ["PriorTask", "PriorTaskConfig", "VQGANTask", "VQGANTaskConfig"]
