@@ -10,6 +10,7 @@ The earlier package is imported under the name `vitlab_before` (its imports are 
 - `vit_s16_runtime_bN`: ViT-S/16 inference at batch N on `vitlab.runtime.load(model, backend="torch")`, the path
   eval, predict and serve take;
 - `vit_s16_eager_bN`: the same model called directly (`model(images)` under inference mode);
+- `vit_mini_patch7_28_train_b128`: one training step of the default recipe's ViT on a Fashion-MNIST batch;
 - `detr_small_train`, `deformable_detr_small_train`: one training step (forward, Hungarian matching, the set loss
   with the auxiliary losses, backward) of each small detector on 4 scenes of 128 × 128, with the criterion each
   version builds for the family (the task's own until then, the family's since);
@@ -58,6 +59,22 @@ def vit_cases(new, old, batches: tuple[int, ...]) -> dict:
     return cases
 
 
+def classifier_training_cases(new, old, name: str = "vit_mini_patch7_28", batch: int = 128) -> dict:
+    """One training step (forward, cross-entropy, backward) of a Fashion-MNIST-sized ViT: what `vitlab train`'s
+    default recipe repeats."""
+    torch.manual_seed(0)
+    after, before = new.create_model(name), old.create_model(name)
+    before.load_state_dict(after.state_dict())
+    images, labels = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+
+    def step(model):
+        model.train()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        model.zero_grad(set_to_none=True)
+
+    return {f"{name}_train_b{batch}": (lambda: step(after), lambda: step(before))}
+
+
 def detector_cases(new, old, name: str) -> dict:
     torch.manual_seed(0)
     after = new.create_model(name)
@@ -99,6 +116,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--quick", action="store_true", help="two rounds of one call, batch 1 only")
     parser.add_argument("--tag", default="refactor_speed")
+    parser.add_argument("--cases", nargs="+", help="only the cases whose names contain one of these")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.calls = 2, 1
@@ -114,8 +132,11 @@ def main() -> None:
     from benchmarks.harness.reporting import write_results
 
     cases = vit_cases(vitlab, vitlab_before, (1,) if args.quick else (1, 8))
+    cases |= classifier_training_cases(vitlab, vitlab_before)
     for name in ("detr_small", "deformable_detr_small"):
         cases |= detector_cases(vitlab, vitlab_before, name)
+    if args.cases:
+        cases = {name: pair for name, pair in cases.items() if any(part in name for part in args.cases)}
     rows = []
     for name, (after, before) in cases.items():
         timing = interleaved(after, before, args.rounds, args.calls)
