@@ -317,14 +317,6 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
         if self.two_stage and not self.with_box_refine:
             raise ValueError("two_stage needs with_box_refine=True, as in the paper's code")
 
-    @staticmethod
-    def pack_outputs(outputs: list[torch.Tensor]) -> DetectionOutput:
-        return DetectionOutput(outputs[0], outputs[1])
-
-    def summary(self) -> dict:
-        return {"image": self.img_size, "patch": None, "dim": self.dim, "depth": f"{self.enc_layers}+{self.dec_layers}",
-                "heads": self.num_heads, "classes": self.num_classes}
-
     def build(self) -> DeformableDETR:
         backbone = ResNetBackbone(self.backbone, max(self.backbone_stages), tuple(self.backbone_stages),
                                   frozen_bn=self.frozen_bn, frozen_stages=self.frozen_stages, in_chans=self.in_chans)

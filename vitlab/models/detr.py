@@ -176,6 +176,16 @@ class SetPrediction:
 
     focal: ClassVar[bool] = False
 
+    @staticmethod
+    def pack_outputs(outputs: list[torch.Tensor]) -> DetectionOutput:
+        """A runtime's graph outputs (logits, pred_boxes) -> the detector's DetectionOutput."""
+        return DetectionOutput(outputs[0], outputs[1])
+
+    def summary(self) -> dict:
+        """An encoder–decoder's sizes: its depth is encoder + decoder layers; no patches."""
+        return {"image": self.img_size, "patch": None, "dim": self.dim, "depth": f"{self.enc_layers}+{self.dec_layers}",
+                "heads": self.num_heads, "classes": self.num_classes}
+
     def build_criterion(self, cost_class: float | None = None, cost_bbox: float = 5.0, cost_giou: float = 2.0,
                         eos_coef: float = 0.1, class_weight: float | None = None, bbox_weight: float = 5.0,
                         giou_weight: float = 2.0, mean_over_processes: Callable[[float], float] | None = None):
@@ -235,14 +245,6 @@ class DETRConfig(SetPrediction, ModelFamily):
         for name in ("num_classes", "num_queries", "dec_layers", "ffn_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-
-    @staticmethod
-    def pack_outputs(outputs: list[torch.Tensor]) -> DetectionOutput:
-        return DetectionOutput(outputs[0], outputs[1])
-
-    def summary(self) -> dict:
-        return {"image": self.img_size, "patch": None, "dim": self.dim, "depth": f"{self.enc_layers}+{self.dec_layers}",
-                "heads": self.num_heads, "classes": self.num_classes}
 
     def build(self) -> DETR:
         backbone = ResNetBackbone(self.backbone, self.backbone_last_stage, frozen_bn=self.frozen_bn,

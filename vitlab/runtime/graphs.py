@@ -101,11 +101,6 @@ def check_exportable(model: nn.Module) -> None:
                           f"export_spec)")
 
 
-def kind_of(model: nn.Module) -> str:
-    """What the model's graph is ("classifier", "detector", ...), for messages and file names."""
-    return graph_for(model).kind
-
-
 def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
               ) -> Graph:
     """The graph of `model` (in eval mode), traced at `example` (default: the model's own input size, batch 2).
