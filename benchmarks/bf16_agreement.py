@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     tune_process()
     task, saved = load_task(args.run)
     model = RunDir(args.run).load_model(args.weights)
-    loader, classes = eval_loader_for_run(task, saved, batch_size=args.batch_size)
+    loader, classes, _ = eval_loader_for_run(task, saved, batch_size=args.batch_size)
     batches = [(x, y) for x, y in loader]
     labels = torch.cat([y for _, y in batches])
     precisions = ["fp32", "bf16"] if bf16_supported("cpu") else ["fp32"]

@@ -19,8 +19,12 @@ FIELDS: list[str] = []
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="evaluate a trained run on its test data (or other data)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
-    p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
-                   help="which checkpoint (default: last)")
+    p.add_argument("--weights", choices=["last", "best", "ema"], default=None,
+                   help="which checkpoint (default: best, the one selected on validation data; last where the run "
+                        "kept no best)")
+    p.add_argument("--split", choices=["test", "val"], default="test",
+                   help="which part of the run's data to score (default: test; the validation part where the data "
+                        "has no test part, and the answer says so)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     add_runtime_flags(p)
     FIELDS[:] = add_task_options(p, "EvalOptions")
@@ -33,12 +37,14 @@ def run(args: argparse.Namespace) -> int:
 
     task, saved = load_task(args.run_dir)
     options = task_options(args, FIELDS, task, "EvalOptions")
-    model = RunDir(args.run_dir).load_model(args.weights)
+    run_dir = RunDir(args.run_dir)
+    args.weights = args.weights or run_dir.kept_weights("best")
+    model = run_dir.load_model(args.weights)
     if task.python_loop:
         if args.runtime != "torch" or args.precision != "fp32":
             raise ValueError(task.python_loop)
     else:
         model = on_runtime(model, args, args.run_dir, args.weights)
-    result = task.evaluate_run(model, saved, args.run_dir, **options)
+    result = task.evaluate_run(model, saved, args.run_dir, split=args.split, **options)
     print(json.dumps(result) if args.json else task.format_evaluation(result, args.weights))
     return 0

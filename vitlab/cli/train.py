@@ -116,11 +116,23 @@ def _refuse_other_tasks(task: str, options: dict[str, Any]) -> None:
 
 
 def _summary(result: dict[str, Any]) -> str:
+    """What the run ends with: the validation figure that selected the checkpoint, and that checkpoint's test
+    figures (the one look at the test data)."""
     minutes = result.get("elapsed_s", 0.0) / 60
-    if "test_acc" in result:
-        return (f"test accuracy: {result['test_acc']:.4f} after {result['epoch']} epochs, {minutes:.1f} min of "
-                f"training and per-epoch evaluation")
-    if "test_exact_acc" in result:
-        return (f"held-out exact-sequence accuracy: {result['test_exact_acc']:.4f} after {result['step']} steps, "
-                f"{minutes:.1f} min of training and evaluation")
-    return ""
+    where = f"after {result['epoch']} epochs" if "epoch" in result else f"after {result['step']} steps"
+    lines = []
+    if result.get("selected_by") and result.get("selected_value") is not None:
+        at = (f"epoch {result['selected_epoch']}" if "selected_epoch" in result
+              else f"step {result.get('selected_step')}")
+        lines.append(f"best {result['selected_by']}: {result['selected_value']:.4f} at {at} (selects "
+                     f"{result.get('selected_weights', 'best')}.safetensors)")
+    tests = {key: value for key, value in result.items() if key.startswith("test_") and isinstance(value, float)}
+    if tests:
+        figures = ", ".join(f"{key} {value:.4f}" for key, value in tests.items())
+        lines.append(f"test, once, on that checkpoint: {figures}")
+        if "test_acc" in tests:  # the main job's figure, in words
+            lines.append(f"test accuracy: {tests['test_acc']:.4f} {where}, {minutes:.1f} min of training and "
+                         f"evaluation")
+    elif any(key.startswith("val_") for key in result):
+        lines.append(f"(the data has no test part: only validation figures, {where}, {minutes:.1f} min)")
+    return "\n".join(lines)

@@ -5,6 +5,8 @@ Zalando's Fashion-MNIST has 60000 training and 10000 test images of clothing, 28
 
 from __future__ import annotations
 
+import copy
+
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -248,6 +250,17 @@ class FashionMNIST(Dataset):
         if self.transform is None:
             return image.float().div_(255.0), label
         return self.transform(image), label
+
+    def subset(self, indices: list[int], transform: Callable[[torch.Tensor], Any] | None | str = "same"
+               ) -> FashionMNIST:
+        """The examples at `indices` (a held-out validation part, the rest for training), as a FashionMNIST whose
+        `images` and `labels` are those rows; `transform` replaces this one's unless left as "same"."""
+        part = copy.copy(self)
+        index = torch.as_tensor(indices, dtype=torch.long)
+        part.images, part.labels = self.images[index], self.labels[index]
+        if transform != "same":
+            part.transform = transform
+        return part
 
     def __repr__(self) -> str:
         return f"FashionMNIST(split={self.split!r}, n={len(self)})"

@@ -1,4 +1,4 @@
-"""One entry point from a data set name (or folder) to ready-to-use train and test datasets."""
+"""One entry point from a data set name (or folder) to ready-to-use train, validation and test datasets."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from vitlab.data.transforms import build_eval_transform, build_train_transform
 __all__ = ["FASHION_MNIST_NAMES", "DatasetBundle", "build_datasets"]
 
 FASHION_MNIST_NAMES = ("fashion-mnist", "fashion_mnist", "fashionmnist")
+FASHION_MNIST_VAL_FRACTION = 5000 / 60000  # 5,000 validation images, as many as each class's share gives
 _SPLIT_FOLDERS = {"train", "val", "test"}
 
 
@@ -27,9 +28,11 @@ class DatasetBundle:
 
     Attributes:
         name: ``"fashion-mnist"`` or the image folder's path.
-        train, test: datasets of ``(image: (channels, img_size, img_size) float32 normalised, label: int)``;
-            ``train`` augments unless ``augment=False``. For Fashion-MNIST ``train`` is a :class:`FashionMNIST`
-            whose raw ``images``/``labels`` tensors allow batched augmentation instead.
+        train, val, test: datasets of ``(image: (channels, img_size, img_size) float32 normalised, label: int)``;
+            ``train`` augments unless ``augment=False``; ``val`` picks the best checkpoint, ``test`` is scored once
+            at the end (None where the data has no test part). For Fashion-MNIST they are :class:`FashionMNIST`
+            sets whose raw ``images``/``labels`` tensors allow batched augmentation instead.
+        split: how the parts were made: their sizes, where each came from, the seed of any held-out split.
         classes: class names, index = label.
         channels, img_size: the shape the transforms produce.
         native_size: side of the stored images when they all share one (28 for Fashion-MNIST), else None.
@@ -38,13 +41,15 @@ class DatasetBundle:
 
     name: str
     train: Dataset
-    test: Dataset
+    val: Dataset
+    test: Dataset | None
     classes: list[str]
     channels: int
     img_size: int
     native_size: int | None
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    split: dict | None = None
 
     @property
     def num_classes(self) -> int:
@@ -65,7 +70,7 @@ def _check_common(img_size: int | None, channels: int | None) -> None:
 def build_datasets(
     data: str,
     data_dir: str | os.PathLike[str] | None = None,
-    val_fraction: float = 0.1,
+    val_fraction: float | None = None,
     img_size: int | None = None,
     channels: int | None = None,
     skip_bad_images: bool = False,
@@ -81,22 +86,26 @@ def build_datasets(
     randaugment: tuple[int, int] | None = None,
     random_erasing: float = 0.0,
 ) -> DatasetBundle:
-    """Build train and test datasets for ``data``.
+    """Build train, validation and test datasets for ``data``.
 
-    ``data`` is ``"fashion-mnist"`` or a path to an image folder. A folder is either split already,
-    ``root/train/<class>/...`` plus ``root/test/<class>/...`` (or ``root/val/``; ``test`` wins if both exist),
-    or flat, ``root/<class>/...``, in which case a stratified ``val_fraction`` of it, chosen with ``seed``,
-    becomes the test set. ``val_fraction`` is used only for flat folders: Fashion-MNIST and split folders have
-    their own test sets.
+    The validation part, which selects the best checkpoint, is never the test part:
+    - Fashion-MNIST: a stratified 5,000 of the 60,000 training images, chosen with ``seed``; the test part is its
+      10,000 test images.
+    - A folder split already, ``root/train/<class>/...`` with ``root/val/`` and/or ``root/test/``: each part is used
+      for what its name says; without ``val/`` a stratified ``val_fraction`` of ``train/`` is held out; without
+      ``test/`` there is no test part.
+    - A flat folder, ``root/<class>/...``: a stratified ``val_fraction`` held out for validation, and no test part
+      (give ``root/train/`` + ``root/test/`` to have one).
 
     Args:
         data: data set name or folder.
         data_dir: where to look for Fashion-MNIST files first (see :func:`find_fashion_mnist`).
-        val_fraction: share of a flat folder held out for testing, in (0, 1).
+        val_fraction: share of the training images held out for validation where the data has no ``val/``, in
+            (0, 1); default 5,000 / 60,000 for Fashion-MNIST, 0.1 for folders.
         img_size: side of the images the model sees; default 28 for Fashion-MNIST, 224 for folders.
         channels: 1 or 3; default 1 for Fashion-MNIST, 3 for folders.
         skip_bad_images: leave out unreadable images of a folder (checked once, up front) instead of failing.
-        seed: seed of the flat-folder split and of the sample used to estimate folder statistics.
+        seed: seed of the held-out validation split and of the sample used to estimate folder statistics.
         augment: random crops and flips on ``train``; off gives it the test pipeline.
         hflip: whether the training pipeline flips half the images horizontally.
         crop_padding: shift-style augmentation of up to this many pixels (default for Fashion-MNIST: 2 pixels
@@ -114,12 +123,13 @@ def build_datasets(
     extra = {"randaugment": randaugment, "random_erasing": random_erasing}
     if data.lower() in FASHION_MNIST_NAMES:
         return _fashion_mnist(
-            data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts, extra
+            data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts, extra,
+            FASHION_MNIST_VAL_FRACTION if val_fraction is None else val_fraction, seed,
         )
     root = Path(data).expanduser()
     if root.is_dir():
         return _image_folder(
-            root, val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std,
+            root, 0.1 if val_fraction is None else val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std,
             extra,
         )
     raise ValueError(
@@ -129,8 +139,15 @@ def build_datasets(
     )
 
 
+def _check_val_fraction(val_fraction: float, where: str) -> None:
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"{where} has no val/ part, so a share of its training images is held out to select the "
+                         f"best checkpoint: val_fraction must be in (0, 1), got {val_fraction!r}. Use e.g. 0.1, or "
+                         f"give a val/ folder.")
+
+
 def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, hflip, mean, std, download, strict_counts,
-                   extra):
+                   extra, val_fraction, seed):
     img_size = img_size or 28
     channels = channels or 1
     mean = tuple(mean) if mean is not None else _repeat(FASHION_MNIST_MEAN, channels)
@@ -145,10 +162,17 @@ def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, hflip, m
         else eval_tf
     )
     kwargs = {"data_dir": data_dir, "download": download, "strict_counts": strict_counts}
+    _check_val_fraction(val_fraction, "Fashion-MNIST")
+    train_full = FashionMNIST("train", transform=train_tf, **kwargs)
+    train_idx, val_idx = split_indices(train_full.labels.tolist(), val_fraction, seed)
+    test = FashionMNIST("test", transform=eval_tf, **kwargs)
     return DatasetBundle(
         name="fashion-mnist",
-        train=FashionMNIST("train", transform=train_tf, **kwargs),
-        test=FashionMNIST("test", transform=eval_tf, **kwargs),
+        train=train_full.subset(train_idx),
+        val=train_full.subset(val_idx, transform=eval_tf),
+        test=test,
+        split={"train": len(train_idx), "val": len(val_idx), "test": len(test), "val_from": "train",
+               "val_fraction": val_fraction, "seed": seed},
         classes=list(FASHION_MNIST_CLASSES),
         channels=channels,
         img_size=img_size,
@@ -160,7 +184,7 @@ def _fashion_mnist(data_dir, img_size, channels, augment, crop_padding, hflip, m
 
 def _is_split_folder(root: Path) -> bool:
     names = {e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")}
-    return "train" in names and bool(names & {"val", "test"}) and names <= _SPLIT_FOLDERS
+    return "train" in names and names <= _SPLIT_FOLDERS
 
 
 def _image_folder(
@@ -169,23 +193,27 @@ def _image_folder(
     img_size = img_size or 224
     channels = channels or 3
     if _is_split_folder(root):
-        test_name = "test" if (root / "test").is_dir() else "val"
         train_full = ImageFolderDataset(root / "train", channels=channels, skip_bad_images=skip_bad_images)
-        test_full = ImageFolderDataset(root / test_name, channels=channels, skip_bad_images=skip_bad_images)
-        if train_full.classes != test_full.classes:
-            raise ValueError(
-                f"{root}: train/ and {test_name}/ must have the same class folders; train has {train_full.classes}, "
-                f"{test_name} has {test_full.classes}. Give both the same class folders."
-            )
-        train_idx, test_idx = list(range(len(train_full))), list(range(len(test_full)))
+        parts = {name: ImageFolderDataset(root / name, channels=channels, skip_bad_images=skip_bad_images)
+                 for name in ("val", "test") if (root / name).is_dir()}
+        for name, part in parts.items():
+            if part.classes != train_full.classes:
+                raise ValueError(
+                    f"{root}: train/ and {name}/ must have the same class folders; train has {train_full.classes}, "
+                    f"{name} has {part.classes}. Give both the same class folders.")
+        train_idx = list(range(len(train_full)))
+        if "val" in parts:
+            val_full, val_idx, val_from = parts["val"], list(range(len(parts["val"]))), "val/"
+        else:
+            _check_val_fraction(val_fraction, str(root))
+            train_idx, val_idx = split_indices(train_full.targets, val_fraction, seed)
+            val_full, val_from = train_full, "train/"
+        test_full = parts.get("test")
     else:
-        if not 0.0 < val_fraction < 1.0:
-            raise ValueError(
-                f"{root} has no train/ and test/ sub-folders, so part of it must be held out for testing: "
-                f"val_fraction must be in (0, 1), got {val_fraction!r}. Use e.g. 0.1, or split the folder yourself."
-            )
-        train_full = test_full = ImageFolderDataset(root, channels=channels, skip_bad_images=skip_bad_images)
-        train_idx, test_idx = split_indices(train_full.targets, val_fraction, seed)
+        _check_val_fraction(val_fraction, str(root))
+        train_full = val_full = ImageFolderDataset(root, channels=channels, skip_bad_images=skip_bad_images)
+        train_idx, val_idx = split_indices(train_full.targets, val_fraction, seed)
+        test_full, val_from = None, "the folder"
     if mean is None or std is None:
         est_mean, est_std = image_folder_stats(train_full, train_idx, seed=seed)
         mean = tuple(mean) if mean is not None else est_mean
@@ -200,7 +228,10 @@ def _image_folder(
     return DatasetBundle(
         name=str(root),
         train=Subset(train_full.with_transform(train_tf), train_idx),
-        test=Subset(test_full.with_transform(eval_tf), test_idx),
+        val=Subset(val_full.with_transform(eval_tf), val_idx),
+        test=None if test_full is None else test_full.with_transform(eval_tf),
+        split={"train": len(train_idx), "val": len(val_idx), "test": 0 if test_full is None else len(test_full),
+               "val_from": val_from, "val_fraction": val_fraction if val_from != "val/" else None, "seed": seed},
         classes=list(train_full.classes),
         channels=channels,
         img_size=img_size,

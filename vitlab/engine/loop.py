@@ -9,8 +9,11 @@ The loop owns what every task needs, once:
 - gradient accumulation, clipping, bf16/fp16 autocast with the gradient scaler, `torch.compile`,
   DistributedDataParallel under torchrun, an exponential moving average of the weights;
 - a progress bar, a metrics row at each evaluation, atomic checkpoints in a `RunDir`, the best checkpoint by
-  the metric the task names (`task.best = ("test_acc", "max")`), and exact resume: the data order, the data
-  stream's state and every RNG stream are saved, so a killed run continues draw for draw.
+  the validation metric the task names (`task.best = ("val_acc", "max")`), and exact resume: the data order, the
+  data stream's state and every RNG stream are saved, so a killed run continues draw for draw;
+- honest figures: `task.evaluate` scores the validation data at each evaluation (logged as `val_<key>`), the best
+  checkpoint is chosen on those alone, and the test data is scored once, when the schedule is complete, on the
+  selected checkpoint (one last row of `test_<key>`).
 
 A task's `loss` returns {"loss": total, other: logged}; the loop averages every key over the batches between
 two evaluations and logs it as `train_<key>`. A task with several optimizers (a GAN's generator and
@@ -19,7 +22,8 @@ stepper)`, which calls `stepper.backward(loss)` and `stepper.step(name)`: the sc
 clipping stay here, in `Stepper`.
 
 Data: `data.train` is either an epoch loader (`len()` batches, `set_epoch(epoch)` fixes the order) or a stream
-(an endless iterator with `state_dict()` / `load_state_dict()`); `data.eval` is whatever `task.evaluate` reads.
+(an endless iterator with `state_dict()` / `load_state_dict()`); `data.val` and `data.test` are whatever
+`task.evaluate` reads (`test` None: the data has no test part, and no test figure is made).
 """
 
 from __future__ import annotations
@@ -49,10 +53,29 @@ from .speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_comp
 
 @dataclass
 class TaskData:
-    """What `fit` trains on (`train`: an epoch loader or a stream) and what `task.evaluate` reads (`eval`)."""
+    """What `fit` trains on (`train`: an epoch loader or a stream) and what `task.evaluate` reads: `val`, which
+    selects the best checkpoint, and `test`, scored once at the end (None where the data has no test part)."""
 
     train: Any
-    eval: Any
+    val: Any
+    test: Any = None
+
+    @property
+    def eval(self) -> Any:
+        """The validation data (its name before there was a test part)."""
+        return self.val
+
+
+VAL, TEST = "val_", "test_"
+
+
+def check_selection_metric(best: tuple[str, str]) -> None:
+    """The metric that picks the best checkpoint must be a validation figure: the test set is never looked at
+    before the end."""
+    metric, direction = best
+    if not metric.startswith(VAL) or direction not in ("max", "min"):
+        raise ValueError(f"a task selects its best checkpoint on a validation metric, ('val_<key>', 'max' or "
+                         f"'min'); got {best!r}")
 
 
 def has_epochs(loader: Any) -> bool:
@@ -151,13 +174,14 @@ class Stepper:
 class Trainable(Protocol):
     """What the loop asks of a task (tasks/base.py's Task is one)."""
 
-    best: tuple[str, str]  # the metric that picks best.safetensors and its direction: ("val_acc", "max")
+    best: tuple[str, str]  # the validation metric that picks best.safetensors and its direction: ("val_acc", "max")
     sample_name: str  # what the throughput counts ("images" -> train_images_per_s)
     unused_parameters: bool  # a step leaves some parameters without gradients (DDP must know)
 
     def loss(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]: ...
 
-    def evaluate(self, model: nn.Module, data: Any) -> dict[str, Any]: ...
+    def evaluate(self, model: nn.Module, data: Any) -> dict[str, Any]:
+        """Figures of `model` on `data` (the validation or the test part), named without a prefix: {"acc": ...}."""
 
     def optimized_modules(self, model: nn.Module) -> dict[str, nn.Module]: ...
 
@@ -171,7 +195,8 @@ class Trainable(Protocol):
 
 def fit(task: Trainable, model: nn.Module, data: TaskData, config: LoopConfig, run: RunDir, *, resume: bool = False,
         run_info: dict[str, Any] | None = None, dist: DistInfo | None = None) -> dict[str, Any]:
-    """Train `model` on `data.train` with `task.loss`, evaluate with `task.evaluate`; returns the last metrics row.
+    """Train `model` on `data.train` with `task.loss`, select on `task.evaluate(model, data.val)`, and score
+    `data.test` once at the end; returns the last validation row merged with the test row.
 
     resume: continue from run/state.pt. run_info: what config.json records beside the loop's config. Only rank 0
     of a torchrun launch writes files and prints."""
@@ -180,6 +205,7 @@ def fit(task: Trainable, model: nn.Module, data: TaskData, config: LoopConfig, r
 
 class _Loop:
     def __init__(self, task, model, data, config, run, run_info, dist) -> None:
+        check_selection_metric(task.best)
         self.task, self.model, self.data, self.config, self.run_dir = task, model, data, config, run
         self.dist = dist or DistInfo()
         self.device = self.dist.device
@@ -205,7 +231,7 @@ class _Loop:
         self.ema = ModelEma(model, config.ema_decay) if config.ema_decay else None
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.fp16)
         self.stepper = Stepper(optimizers, schedulers, modules, self.scaler, config, self.device)
-        self.step, self.best, self.elapsed_before = 0, None, 0.0
+        self.step, self.best, self.best_row, self.elapsed_before = 0, None, None, 0.0
 
     # -- state --------------------------------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -220,6 +246,7 @@ class _Loop:
                 raise ValueError("ema_decay cannot be turned on when resuming a run that kept no EMA")
             self.ema.load_state_dict(state["ema"])
         self.step, self.best, self.elapsed_before = int(state["step"]), state["best"], float(state["elapsed_s"])
+        self.best_row = state.get("best_row")
         mine = self._rng_for_rank(state["per_rank"])
         set_rng_state(mine["rng"])
         if mine["data"] is not None:
@@ -248,6 +275,8 @@ class _Loop:
             improved = value is not None and (self.best is None or
                                               (value > self.best if direction == "max" else value < self.best))
             self.best = value if improved else self.best
+            if improved:
+                self.best_row = {key: row[key] for key in ("step", "epoch", metric) if key in row}
             run = self.run_dir
             run.append_metrics(row)
             provenance = {"step": str(row["step"]), **({"epoch": str(row["epoch"])} if "epoch" in row else {}),
@@ -261,7 +290,7 @@ class _Loop:
                 "model": self.model.state_dict(),
                 "optimizers": {n: o.state_dict() for n, o in self.stepper.optimizers.items()},
                 "schedulers": {n: s.state_dict() for n, s in self.stepper.schedulers.items()},
-                "scaler": self.scaler.state_dict(), "step": self.step, "best": self.best,
+                "scaler": self.scaler.state_dict(), "step": self.step, "best": self.best, "best_row": self.best_row,
                 "elapsed_s": row["elapsed_s"], "per_rank": per_rank,
             }
             if "epoch" in row:
@@ -334,8 +363,37 @@ class _Loop:
             if self.step >= end:
                 break
         bar.close()
+        if self.step >= self.total_steps:
+            row = {**row, **self._score_test(run_start)}
         if config.curves == "end" and dist.is_main and row:
             self.run_dir.plot_curves()
+        return row
+
+    def _score_test(self, run_start: float | None = None) -> dict[str, Any]:
+        """The one look at the test data: the selected checkpoint (best.safetensors; the last weights where the run
+        kept no best) scored on `data.test`, appended as the run's last row. {} when the data has no test part."""
+        if self.data.test is None:
+            return {}
+        which = self.run_dir.kept_weights("best")
+        weights = self.run_dir.read_weights(which)
+        trained = {key: value.clone() for key, value in self.model.state_dict().items()}
+        self.model.load_state_dict(weights)
+        row: dict[str, Any] = {"step": self.step}
+        if self.epochs_data:
+            row["epoch"] = self._epoch()
+        selected = self.best_row or {}
+        row.update({f"selected_{key}": value for key, value in selected.items() if key in ("step", "epoch")})
+        row.update({"selected_weights": which, "selected_by": self.task.best[0], "selected_value": self.best})
+        row.update({TEST + key: value for key, value in self.task.evaluate(self.forward_model, self.data.test).items()})
+        self.model.load_state_dict(trained)  # the model leaves `fit` as training left it
+        self.model.train()
+        if run_start is not None:
+            row["elapsed_s"] = self.elapsed_before + time.perf_counter() - run_start
+        if self.dist.is_main:
+            self.run_dir.append_metrics(row)
+            tqdm.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()
+                                   if not isinstance(v, dict)}))
+        barrier(self.dist)
         return row
 
     def _end_step(self) -> int:
@@ -426,9 +484,9 @@ class _Loop:
         row[f"train_{name}_per_s"] = seen_all / max(elapsed, 1e-9)
         row["train_time_s"] = elapsed
         if evaluate:
-            row.update(self.task.evaluate(self.forward_model, self.data.eval))
+            row.update({VAL + k: v for k, v in self.task.evaluate(self.forward_model, self.data.val).items()})
             if self.ema is not None:
-                row.update({f"{k}_ema": v for k, v in self.task.evaluate(self.ema.module, self.data.eval).items()})
+                row.update({f"{VAL}{k}_ema": v for k, v in self.task.evaluate(self.ema.module, self.data.val).items()})
             self.model.train()
         row["elapsed_s"] = self.elapsed_before + time.perf_counter() - run_start
         return row
@@ -439,5 +497,8 @@ class _Loop:
             tqdm.write(f"nothing to do: the run in {self.run_dir.path} has finished its {unit} (pass a larger "
                        f"epochs or steps with --resume to extend it)")
         rows = self.run_dir.read_metrics()
-        return rows[-1] if rows else {}
+        last = rows[-1] if rows else {}
+        if self.step >= self.total_steps and not any(key.startswith(TEST) for key in last):
+            return {**last, **self._score_test()}  # killed after its last checkpoint, before the test
+        return last
 

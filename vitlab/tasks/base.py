@@ -3,11 +3,13 @@
 A task supplies
     Config             its options, a frozen dataclass (one field per option, with default and help)
     loop_defaults()    its defaults for the loop's shared options (epochs or steps, batch size, lr, ...)
-    build_data()       a TaskData: `train` (an epoch loader or a stream) and `eval` (what `evaluate` reads)
+    build_data()       a TaskData: `train` (an epoch loader or a stream), `val` (selects the best checkpoint) and
+                       `test` (scored once at the end; None where the data has no test part)
     build_model()      the model, built from the config (after the data, which may fix classes and channels)
     loss(model, batch) {"loss": the total, other keys: logged}; DETR's weight-dict pattern
     evaluate(model, data) -> dict[str, float], reduced over processes
-    best               the metric that picks best.safetensors and its direction: ("test_acc", "max")
+    best               the validation metric that picks best.safetensors and its direction: ("val_acc", "max");
+                       `evaluate` names its figures without prefix, the loop logs them as val_* and test_*
 and, optionally, `optimized_modules(model)` with `train_step(model, batch, stepper)` for several optimizers.
 It never writes its own loop.
 
@@ -155,9 +157,15 @@ class Task:
             raise NotImplementedError(f"the {cls.name} task has no evaluation or prediction of a finished run")
         return importlib.import_module(cls.inference_module)
 
-    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, **options: Any) -> dict[str, Any]:
-        """`options`: fields of EvalOptions, checked by it."""
-        return self._inference().evaluate_run(self, model, saved, run_dir, **self.options(self.EvalOptions, options))
+    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, split: str = "test", **options: Any
+                     ) -> dict[str, Any]:
+        """The run's model scored on `split` ("test", or "val") of its data; `options`: fields of EvalOptions,
+        checked by it. Where the data has no test part, the validation part is scored and `result["split"]` says
+        so."""
+        if split not in ("test", "val"):
+            raise ValueError(f"split must be 'test' or 'val', got {split!r}")
+        return self._inference().evaluate_run(self, model, saved, run_dir, split=split,
+                                              **self.options(self.EvalOptions, options))
 
     def format_evaluation(self, result: dict[str, Any], which: str) -> str:
         return self._inference().format_evaluation(result, which)

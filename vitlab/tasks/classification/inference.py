@@ -15,25 +15,30 @@ from .reports import confusion_text, plot_confusion
 
 
 def eval_loader_for_run(task, saved: dict[str, Any], data: str | None = None, data_dir: str | None = None,
-                        batch_size: int = 256):
-    """The held-out loader of a run's data (or of other data, seen through the run's own preprocessing)."""
+                        batch_size: int = 256, split: str = "test"):
+    """(loader, classes, split) of a part of a run's data (or of other data, seen through the run's own
+    preprocessing): `split` "test" or "val"; the test part falls back to the validation part where the data has
+    none, and the returned split says which was read."""
     data_record = saved["data"]
     bundle = task.datasets(augment=False, saved=data_record, data=data, data_dir=data_dir or data_record["data_dir"])
     if bundle.classes != data_record["classes"]:
         raise ValueError(f"the data's classes {bundle.classes} differ from the classes the run was trained on "
                          f"{data_record['classes']}; evaluate on data with the same class folders")
-    _, test = task.loaders(bundle, eval_batch_size=batch_size)
-    return test, bundle.classes
+    _, val, test = task.loaders(bundle, eval_batch_size=batch_size)
+    if split == "test" and test is not None:
+        return test, bundle.classes, "test"
+    return val, bundle.classes, "val"
 
 
 def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
                  data_dir: str | None = None, batch_size: int = 256, bf16: bool = False, compile: bool = False,
-                 plot: bool = True) -> dict[str, Any]:
+                 plot: bool = True, split: str = "test") -> dict[str, Any]:
     if bf16:
         check_bf16("cpu")
-    loader, classes = eval_loader_for_run(task, saved, data, data_dir, batch_size)
+    loader, classes, split = eval_loader_for_run(task, saved, data, data_dir, batch_size, split)
     result = evaluate(maybe_compile(model, compile), loader, bf16=bf16, num_classes=len(classes))
     result["classes"] = classes
+    result["split"] = split
     result["run_dir"] = str(run_dir)
     if plot:
         name = "confusion.png" if data is None else "confusion-other-data.png"  # keep the run's own picture
@@ -43,7 +48,8 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
 
 def format_evaluation(result: dict[str, Any], which: str) -> str:
     classes = result["classes"]
-    lines = [f"accuracy: {result['accuracy']:.4f} on {result['num_images']} images ({result['run_dir']}, {which})",
+    lines = [f"accuracy: {result['accuracy']:.4f} on {result['num_images']} {result.get('split', 'test')} images "
+             f"({result['run_dir']}, {which})",
              "per-class accuracy:"]
     lines += [f"  {name:<20} {acc:.4f}" for name, acc in zip(classes, result["per_class_accuracy"])]
     lines += ["confusion matrix (rows: true class, columns: predicted):", confusion_text(result["confusion"], classes)]

@@ -2,7 +2,8 @@
 teacher, on Fashion-MNIST or a folder of class sub-folders.
 
 loss = DeiT's objective (distill.py): label-smoothed cross-entropy, plus the teacher's term when
-distilling; the best checkpoint has the highest held-out accuracy.
+distilling; the best checkpoint has the highest validation accuracy (a held-out part of the training images where
+the data has no val/), and the test images are scored once, on it, at the end.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ClassificationTask(Task):
     ServeOptions: ClassVar[type] = ClassificationServeOptions
     page: ClassVar[str] = "classes"
     Config: ClassVar[type] = ClassificationConfig
-    best: ClassVar[tuple[str, str]] = ("test_acc", "max")
+    best: ClassVar[tuple[str, str]] = ("val_acc", "max")
     sample_name: ClassVar[str] = "images"
     extra_files: ClassVar[tuple[str, ...]] = ("confusion.png",)
     resumable: ClassVar[tuple[str, ...]] = ("data_dir",)
@@ -88,7 +89,7 @@ class ClassificationTask(Task):
     # -- data ----------------------------------------------------------------------------------------------------
     def datasets(self, augment: bool = True, saved: dict[str, Any] | None = None, data: str | None = None,
                  data_dir: str | None = None) -> DatasetBundle:
-        """The train and test sets; `saved`: a run's recorded data, whose preprocessing is reused."""
+        """The train, validation and test sets; `saved`: a run's recorded data, whose preprocessing is reused."""
         c = self.config
         kept = {"channels": saved["channels"], "mean": saved["mean"], "std": saved["std"]} if saved else {}
         return build_datasets(
@@ -104,8 +105,9 @@ class ClassificationTask(Task):
         return TaskData(*self.loaders(self.bundle))
 
     def loaders(self, bundle: DatasetBundle, eval_batch_size: int = 256):
-        """Fashion-MNIST: in-memory batches with batched shift + flip; folders: a DataLoader over the datasets.
-        In a distributed run each process gets its shard of both (the training shards padded to equal length)."""
+        """(train, val, test) loaders; Fashion-MNIST: in-memory batches with batched shift + flip; folders: a
+        DataLoader over the datasets. In a distributed run each process gets its shard of each (the training shards
+        padded to equal length). test is None where the data has none."""
         c, loop, dist = self.config, self.loop, self.dist
         shard = {"num_replicas": dist.world_size, "rank": dist.rank}
         batch, repeats, seed = loop.batch_size, c.repeated_aug, loop.seed
@@ -124,20 +126,26 @@ class ClassificationTask(Task):
             common = {"mean": bundle.mean, "std": bundle.std, "channels": bundle.channels}
             train = TensorLoader(bundle.train.images, bundle.train.labels, batch, shuffle=True, drop_last=True,
                                  augment=augment, seed=seed, repeats=repeats, **shard, **common)
-            test = TensorLoader(bundle.test.images, bundle.test.labels, eval_batch_size, pad=False, **shard,
-                                **common)
-            return train, test
+
+            def held_out(part):
+                return TensorLoader(part.images, part.labels, eval_batch_size, pad=False, **shard, **common)
+
+            return train, held_out(bundle.val), None if bundle.test is None else held_out(bundle.test)
         train = EpochDataLoader(bundle.train, batch, shuffle=True,
                                 drop_last=len(bundle.train) > batch * dist.world_size, num_workers=loop.workers,
                                 seed=seed, repeats=repeats, **shard)
-        test = EpochDataLoader(bundle.test, eval_batch_size, num_workers=loop.workers, pad=False, **shard)
-        return train, test
+
+        def held_out(part):
+            return EpochDataLoader(part, eval_batch_size, num_workers=loop.workers, pad=False, **shard)
+
+        return train, held_out(bundle.val), None if bundle.test is None else held_out(bundle.test)
 
     def run_info(self) -> dict[str, Any]:
         b, c = self.bundle, self.config
         dataset = getattr(b.train, "dataset", b.train)
         return {"data": {"name": c.data, "data_dir": c.data_dir, "classes": b.classes, "num_train": len(b.train),
-                         "num_test": len(b.test), "channels": b.channels, "img_size": b.img_size,
+                         "num_val": len(b.val), "num_test": 0 if b.test is None else len(b.test), "split": b.split,
+                         "channels": b.channels, "img_size": b.img_size,
                          "mean": list(b.mean), "std": list(b.std), "val_fraction": c.val_fraction,
                          "skipped_images": int(getattr(dataset, "num_skipped", 0))}}
 
@@ -179,7 +187,7 @@ class ClassificationTask(Task):
         return {"loss": loss, "acc": acc}
 
     def evaluate(self, model: nn.Module, data) -> dict[str, float]:
-        """Loss and accuracy over the whole held-out set, each process evaluating its shard."""
+        """Loss and accuracy over the whole of `data` (validation or test), each process evaluating its shard."""
         num_classes = self.bundle.num_classes
         result = evaluate(model, data, device=self.dist.device, bf16=self.loop.bf16,
                           num_classes=num_classes) if len(data) else None
@@ -187,7 +195,7 @@ class ClassificationTask(Task):
         loss_sum = result["loss"] * n if result else 0.0
         right = sum(row[i] for i, row in enumerate(result["confusion"])) if result else 0
         loss_sum, right, n = all_reduce_sum([loss_sum, right, n], self.dist)
-        return {"test_loss": loss_sum / max(n, 1), "test_acc": right / max(n, 1)}
+        return {"loss": loss_sum / max(n, 1), "acc": right / max(n, 1)}
 
     # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
 
