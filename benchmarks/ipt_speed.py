@@ -50,7 +50,7 @@ def one(model_name: str, size: int, batch: int, data: str, repeats: int) -> dict
     model = create_model(model_name, degradations=("sr2",)).eval()
     from PIL import Image
 
-    big_enough = [p for p in find_photographs(data)[1] or [] if min(Image.open(p).size) >= size]
+    big_enough = [p for p in find_photographs(data)[2] or [] if min(Image.open(p).size) >= size]
     if not big_enough:
         raise ValueError(f"no held-out photograph has both sides of {size} pixels")
     image = center_crop(load_photos(big_enough[:1], halve_first=False)[0], size)

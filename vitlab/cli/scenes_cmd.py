@@ -19,12 +19,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     d = SceneOptions()
     p = subparsers.add_parser(
         "make-scenes", help="make a COCO-format detection set (and semantic masks) from Fashion-MNIST items",
-        description="Paste Fashion-MNIST items (train items into train scenes, test items into val scenes), rescaled "
-                    "and lightly overlapping, onto canvases; write PNG scenes, COCO instances (boxes, RLE masks) and "
-                    "semantic masks. The same options give the same bytes.")
+        description="Paste Fashion-MNIST items (train items into train scenes, test items into val and test scenes, "
+                    "no item in both), rescaled and lightly overlapping, onto canvases; write PNG scenes, COCO "
+                    "instances (boxes, RLE masks) and semantic masks. The same options give the same bytes.")
     p.add_argument("--out", required=True, help="folder to write (images/, masks/, annotations/)")
     p.add_argument("--train", type=int, default=d.train, help=f"train scenes (default: {d.train})")
-    p.add_argument("--val", type=int, default=d.val, help=f"val scenes (default: {d.val})")
+    p.add_argument("--val", type=int, default=d.val,
+                   help=f"val scenes, which select a model's best checkpoint (default: {d.val})")
+    p.add_argument("--test", type=int, default=d.test, help=f"test scenes, scored once at the end (default: {d.test})")
     p.add_argument("--size", type=int, default=d.size, help=f"canvas side in pixels (default: {d.size})")
     p.add_argument("--objects", type=_range, default=d.objects, metavar="MIN-MAX",
                    help=f"items per scene (default: {d.objects[0]}-{d.objects[1]})")
@@ -40,9 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..data.scenes import SceneOptions, make_scenes
 
-    options = SceneOptions(train=args.train, val=args.val, size=args.size, objects=args.objects, scale=args.scale,
-                           seed=args.seed)
+    options = SceneOptions(train=args.train, val=args.val, test=args.test, size=args.size, objects=args.objects,
+                           scale=args.scale, seed=args.seed)
     counts = make_scenes(args.out, options, args.data_dir, args.allow_partial_data)
-    print(f"scenes in {args.out}: {counts['train']} train ({counts['train_objects']} items), {counts['val']} val "
-          f"({counts['val_objects']} items)")
+    print(f"scenes in {args.out}: " + ", ".join(f"{counts[split]} {split} ({counts[f'{split}_objects']} items)"
+                                                 for split in ("train", "val", "test")))
     return 0

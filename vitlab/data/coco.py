@@ -15,6 +15,7 @@ export, or `vitlab make-scenes`).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,15 @@ class CocoDetection(Dataset):
     @property
     def num_classes(self) -> int:
         return len(self.label_to_category)
+
+    def subset(self, indices: list[int], transforms: Callable | str | None = "same") -> CocoDetection:
+        """The images at `indices` (a validation part held out of the training images, the rest for training),
+        with their annotations; scoring reads the same annotations file, restricted to these images."""
+        part = copy.copy(self)
+        part.images = [self.images[i] for i in indices]
+        if transforms != "same":
+            part.transforms = transforms
+        return part
 
     def __len__(self) -> int:
         return len(self.images)
@@ -140,8 +150,18 @@ def pad_collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]):
     return images, padding_mask, [{**target, "size": torch.tensor([h, w])} for (image, target) in batch]
 
 
+def has_split(root: str | Path, split: str) -> bool:
+    """Whether the COCO-format folder has the split ("train", "val" or "test")."""
+    try:
+        find_split(root, split)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def find_split(root: str | Path, split: str) -> tuple[Path, Path]:
-    """(image folder, annotations file) of a split ("train" or "val") of a COCO-format folder, in either layout:
+    """(image folder, annotations file) of a split ("train", "val" or "test") of a COCO-format folder, in either
+    layout:
     `images/{split}/` + `annotations/instances_{split}.json` (vitlab make-scenes, annotation tools), or COCO's own
     `{split}2017/` + `annotations/instances_{split}2017.json`."""
     root = Path(root).expanduser()

@@ -6,7 +6,6 @@ Zalando's Fashion-MNIST has 60000 training and 10000 test images of clothing, 28
 from __future__ import annotations
 
 import copy
-
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -251,7 +250,7 @@ class FashionMNIST(Dataset):
             return image.float().div_(255.0), label
         return self.transform(image), label
 
-    def subset(self, indices: list[int], transform: Callable[[torch.Tensor], Any] | None | str = "same"
+    def subset(self, indices: list[int], transform: Callable[[torch.Tensor], Any] | str | None = "same"
                ) -> FashionMNIST:
         """The examples at `indices` (a held-out validation part, the rest for training), as a FashionMNIST whose
         `images` and `labels` are those rows; `transform` replaces this one's unless left as "same"."""

@@ -16,21 +16,34 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .fashion_mnist import FASHION_MNIST_CLASSES, load_fashion_mnist
-from .registry import FASHION_MNIST_NAMES, build_datasets
+from .registry import FASHION_MNIST_NAMES, FASHION_MNIST_VAL_FRACTION, build_datasets
+from .split import split_indices
 
 
 @dataclass
 class GenerationImages:
-    """train, test: (N, C, S, S) uint8; train_labels, test_labels: (N,) int64; pad: pixels of border added on
-    each side (Fashion-MNIST: 2, from 28 to 32)."""
+    """train, val, test: (N, C, S, S) uint8; *_labels: (N,) int64; pad: pixels of border added on each side
+    (Fashion-MNIST: 2, from 28 to 32). `val` selects the best checkpoint; `test` (None where the data has no test
+    part) is scored once at the end."""
 
     name: str
     train: torch.Tensor
     train_labels: torch.Tensor
-    test: torch.Tensor
-    test_labels: torch.Tensor
+    val: torch.Tensor
+    val_labels: torch.Tensor
+    test: torch.Tensor | None
+    test_labels: torch.Tensor | None
     classes: list[str]
     pad: int = 0
+    split: dict | None = None
+
+    def held_out(self, part: str = "test") -> tuple[torch.Tensor, torch.Tensor, str]:
+        """(images, labels, part read) of "val" or "test"; "test" falls back to "val" where there is no test part."""
+        if part == "test" and self.test is not None:
+            return self.test, self.test_labels, "test"
+        if part not in ("test", "val"):
+            raise ValueError(f"part must be 'test' or 'val', got {part!r}")
+        return self.val, self.val_labels, "val"
 
     @property
     def channels(self) -> int:
@@ -60,20 +73,26 @@ def pad_to(images: torch.Tensor, size: int) -> tuple[torch.Tensor, int]:
 
 
 def load_generation_images(data: str = "fashion-mnist", data_dir: str | os.PathLike[str] | None = None,
-                           size: int = 32, channels: int | None = None, val_fraction: float = 0.1,
+                           size: int = 32, channels: int | None = None, val_fraction: float | None = None,
                            seed: int = 0, strict_counts: bool = True) -> GenerationImages:
-    """Fashion-MNIST (train 60,000, test 10,000), padded to `size`; or an image folder resized to `size`, its
-    test/ (or val/) split folder held out, else `val_fraction` of it. `strict_counts=False` accepts a Fashion-MNIST
-    copy with fewer images."""
+    """Fashion-MNIST (train 55,000, val 5,000 of the training images, test 10,000), padded to `size`; or an image
+    folder resized to `size`, split as `build_datasets` splits it (its val/ and test/ folders, else a seeded
+    `val_fraction` of the training images for validation). `strict_counts=False` accepts a Fashion-MNIST copy with
+    fewer images."""
     if data.lower() in FASHION_MNIST_NAMES:
         if channels not in (None, 1):
             raise ValueError(f"Fashion-MNIST is grayscale (1 channel); the model asks for {channels}")
-        train, train_labels = load_fashion_mnist("train", data_dir, strict_counts=strict_counts)
+        images, labels = load_fashion_mnist("train", data_dir, strict_counts=strict_counts)
         test, test_labels = load_fashion_mnist("test", data_dir, strict_counts=strict_counts)
-        train, pad = pad_to(train[:, None], size)
+        fraction = FASHION_MNIST_VAL_FRACTION if val_fraction is None else val_fraction
+        train_idx, val_idx = split_indices(labels.tolist(), fraction, seed)
+        images, pad = pad_to(images[:, None], size)
         test, _ = pad_to(test[:, None], size)
-        return GenerationImages("fashion-mnist", train, train_labels, test, test_labels, list(FASHION_MNIST_CLASSES),
-                                pad)
+        train_idx, val_idx = torch.tensor(train_idx), torch.tensor(val_idx)
+        split = {"train": len(train_idx), "val": len(val_idx), "test": len(test), "val_from": "train",
+                 "val_fraction": fraction, "seed": seed}
+        return GenerationImages("fashion-mnist", images[train_idx], labels[train_idx], images[val_idx],
+                                labels[val_idx], test, test_labels, list(FASHION_MNIST_CLASSES), pad, split)
     if not Path(data).is_dir():
         raise FileNotFoundError(f"--data must be fashion-mnist or a folder of images (one sub-folder per class), got "
                                 f"{data!r}, which is neither")
@@ -81,8 +100,10 @@ def load_generation_images(data: str = "fashion-mnist", data_dir: str | os.PathL
     bundle = build_datasets(data, val_fraction=val_fraction, img_size=size, channels=channels, seed=seed,
                             augment=False, mean=(0.0,) * channels, std=(1.0,) * channels)
     train, train_labels = _in_memory(bundle.train, f"reading {data}")
-    test, test_labels = _in_memory(bundle.test, "reading the held-out images")
-    return GenerationImages(str(Path(data).resolve()), train, train_labels, test, test_labels, list(bundle.classes))
+    val, val_labels = _in_memory(bundle.val, "reading the validation images")
+    test, test_labels = _in_memory(bundle.test, "reading the test images") if bundle.test is not None else (None, None)
+    return GenerationImages(str(Path(data).resolve()), train, train_labels, val, val_labels, test, test_labels,
+                            list(bundle.classes), split=bundle.split)
 
 
 def _in_memory(dataset, description: str) -> tuple[torch.Tensor, torch.Tensor]:

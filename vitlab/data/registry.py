@@ -129,7 +129,8 @@ def build_datasets(
     root = Path(data).expanduser()
     if root.is_dir():
         return _image_folder(
-            root, 0.1 if val_fraction is None else val_fraction, img_size, channels, skip_bad_images, seed, augment, crop_padding, hflip, mean, std,
+            root, 0.1 if val_fraction is None else val_fraction, img_size, channels, skip_bad_images, seed, augment,
+            crop_padding, hflip, mean, std,
             extra,
         )
     raise ValueError(

@@ -1,8 +1,9 @@
 """Scenes: a detection and segmentation set made of real Fashion-MNIST items pasted onto a canvas.
 
-Each scene is a `size`×`size` grayscale canvas holding 1–6 items (train items in train scenes, test items in val
-scenes), each rescaled to 16–64 px and placed with light overlap: a new item's box overlaps every earlier box by
-an IoU of at most 0.3, and every item keeps at least half of its pixels visible. An item's pixels are its non-zero
+Each scene is a `size`×`size` grayscale canvas holding 1–6 items (train items in train scenes; test items in val
+and test scenes, the even-numbered ones in val and the odd-numbered in test, so no garment is in both), each
+rescaled to 16–64 px and placed with light overlap: a new item's box overlaps every earlier box by an IoU of at
+most 0.3, and every item keeps at least half of its pixels visible. An item's pixels are its non-zero
 pixels; a later item covers an earlier one where they meet. For each item the annotations record
 
     bbox          the tight extent (x, y, w, h) of its visible pixels, in pixels (COCO's convention)
@@ -10,9 +11,11 @@ pixels; a later item covers an earlier one where they meet. For each item the an
     area          the number of its visible pixels
     category_id   its Fashion-MNIST class + 1 (COCO ids start at 1), named in `categories`
 
-    DIR/images/{train,val}/NNNNNN.png          the scenes (8-bit grayscale)
-    DIR/masks/{train,val}/NNNNNN.png           semantic masks: 0 background, class + 1 on each item's visible pixels
-    DIR/annotations/instances_{train,val}.json COCO-format instances
+    DIR/images/{train,val,test}/NNNNNN.png          the scenes (8-bit grayscale)
+    DIR/masks/{train,val,test}/NNNNNN.png           semantic masks: 0 background, class + 1 on each item's pixels
+    DIR/annotations/instances_{train,val,test}.json COCO-format instances
+
+val selects a model's best checkpoint, test is scored once at the end.
 
 The same arguments give the same bytes: every draw comes from one `random.Random` seeded by (seed, split).
 """
@@ -30,7 +33,8 @@ from PIL import Image
 from ..atomic import write_json
 from .fashion_mnist import FASHION_MNIST_CLASSES, load_fashion_mnist
 
-SPLITS = {"train": "train", "val": "test"}  # scene split -> the Fashion-MNIST split its items come from
+SPLITS = {"train": "train", "val": "test", "test": "test"}  # scene split -> the Fashion-MNIST split of its items
+ITEMS = {"train": slice(None), "val": slice(0, None, 2), "test": slice(1, None, 2)}  # which of those items
 MAX_IOU = 0.3  # light overlap: a new box may overlap each earlier one up to this IoU
 MIN_VISIBLE = 0.5  # every item keeps at least this share of its pixels
 TRIES = 20  # placements tried per item before it is left out
@@ -40,6 +44,7 @@ TRIES = 20  # placements tried per item before it is left out
 class SceneOptions:
     train: int = 4000  # train scenes
     val: int = 500  # val scenes
+    test: int = 500  # test scenes
     size: int = 128  # canvas side, pixels
     objects: tuple[int, int] = (1, 6)  # items per scene, drawn uniformly in [min, max]
     scale: tuple[int, int] = (16, 64)  # an item's side after rescaling, pixels
@@ -52,8 +57,9 @@ class SceneOptions:
         if not 1 <= self.scale[0] <= self.scale[1] <= self.size:
             raise ValueError(f"item sizes {self.scale[0]}-{self.scale[1]} px must fit the {self.size} px canvas; "
                              f"give a size of at least {self.scale[1]}")
-        if self.train < 0 or self.val < 0:
-            raise ValueError(f"the scene counts must be 0 or more, got train={self.train}, val={self.val}")
+        if self.train < 0 or self.val < 0 or self.test < 0:
+            raise ValueError(f"the scene counts must be 0 or more, got train={self.train}, val={self.val}, "
+                             f"test={self.test}")
 
 
 def box_iou(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> float:
@@ -120,8 +126,9 @@ def _scene(rng: random.Random, images: np.ndarray, labels: np.ndarray, options: 
 
 
 def make_split(out: Path, split: str, count: int, images: np.ndarray, labels: np.ndarray,
-               options: SceneOptions) -> dict[str, Any]:
-    """Write `count` scenes of `split` under `out` and return their COCO dictionary."""
+               options: SceneOptions, origin: np.ndarray | None = None) -> dict[str, Any]:
+    """Write `count` scenes of `split` under `out` and return their COCO dictionary; `origin[i]`: the index in its
+    Fashion-MNIST split of item i of `images` (default: i)."""
     rng = random.Random(f"scenes-{options.seed}-{split}")
     image_dir, mask_dir = out / "images" / split, out / "masks" / split
     image_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +146,8 @@ def make_split(out: Path, split: str, count: int, images: np.ndarray, labels: np
                 "id": len(annotations) + 1, "image_id": image_id + 1, "category_id": label + 1,
                 "bbox": [x, y, int(cols[-1]) - x + 1, int(rows[-1]) - y + 1], "area": int(visible.sum()),
                 "iscrowd": 0, "segmentation": rle_encode(visible),
-                "fashion_mnist": {"split": SPLITS[split], "index": int(index)},  # where the item came from
+                # where the item came from
+                "fashion_mnist": {"split": SPLITS[split], "index": int(index if origin is None else origin[index])},
             })
         Image.fromarray(canvas, mode="L").save(image_dir / name)
         Image.fromarray(semantic, mode="L").save(mask_dir / name)
@@ -159,9 +167,10 @@ def make_scenes(out: str | Path, options: SceneOptions | None = None, data_dir: 
     out = Path(out)
     (out / "annotations").mkdir(parents=True, exist_ok=True)
     counts = {}
-    for split, count in (("train", options.train), ("val", options.val)):
+    for split, count in (("train", options.train), ("val", options.val), ("test", options.test)):
         images, labels = load_fashion_mnist(SPLITS[split], data_dir, strict_counts=not allow_partial_data)
-        coco = make_split(out, split, count, images.numpy(), labels.numpy(), options)
+        origin = np.arange(len(images))[ITEMS[split]]
+        coco = make_split(out, split, count, images.numpy()[origin], labels.numpy()[origin], options, origin)
         # written last, atomically: a folder whose JSON exists holds all of its images
         write_json(out / "annotations" / f"instances_{split}.json", coco)
         counts[split] = len(coco["images"])

@@ -71,12 +71,26 @@ def _class_names(root: Path, split: str, default: tuple[str, ...] | None) -> lis
     return list(default) if default else None
 
 
-def find_segmentation_split(root: str | Path, split: str) -> tuple[list[Pair], list[str] | None]:
-    """The (image, mask) pairs of a split ("train" or "val") of a segmentation folder in any of the layouts above,
-    and the class names if the folder says them (None: count them with `count_classes`)."""
+def has_segmentation_split(root: str | Path, split: str) -> bool:
+    """Whether the segmentation folder has the split ("train", "val" or "test"), by its layout alone (a split that
+    is there but broken is found, and `find_segmentation_split` says what is wrong)."""
     root = Path(root).expanduser()
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    if (root / "images" / split).is_dir() and (root / "masks" / split).is_dir():
+        return True
+    if (root / "JPEGImages").is_dir() and (root / "ImageSets" / "Segmentation" / f"{split}.txt").is_file():
+        return True
+    flat = (root / "images").is_dir() and (root / "masks").is_dir() and not any(
+        (root / "images" / name).is_dir() for name in ("train", "val", "test"))
+    return flat and split != "test"
+
+
+def find_segmentation_split(root: str | Path, split: str) -> tuple[list[Pair], list[str] | None]:
+    """The (image, mask) pairs of a split ("train", "val" or "test") of a segmentation folder in any of the layouts
+    above, and the class names if the folder says them (None: count them with `count_classes`). A flat images/ +
+    masks/ folder has a train and a val split (every tenth pair), no test."""
+    root = Path(root).expanduser()
+    if split not in ("train", "val", "test"):
+        raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
     if (root / "images" / split).is_dir() and (root / "masks" / split).is_dir():
         return _paired(root / "images" / split, root / "masks" / split), _class_names(root, split, None)
     voc_list = root / "ImageSets" / "Segmentation" / f"{split}.txt"
@@ -89,7 +103,8 @@ def find_segmentation_split(root: str | Path, split: str) -> tuple[list[Pair], l
                     raise FileNotFoundError(f"{voc_list} lists {stem}, but {image} or {mask} is missing")
                 pairs.append((image, mask))
         return pairs, _class_names(root, split, VOC_CLASSES)
-    if (root / "images").is_dir() and (root / "masks").is_dir():
+    if (root / "images").is_dir() and (root / "masks").is_dir() and split != "test" and not any(
+            (root / "images" / name).is_dir() for name in ("train", "val", "test")):
         pairs = _paired(root / "images", root / "masks")
         held_out = [p for i, p in enumerate(pairs) if i % 10 == 9]
         if not held_out:

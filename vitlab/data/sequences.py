@@ -156,8 +156,10 @@ def held_out_quota(task: SequenceTask, source_length: int) -> int:
 
 
 def make_test_set(task: SequenceTask, size: int, split: str, seed: int,
-                  longer_by: int = 4) -> list[tuple[list[int], list[int]]]:
-    """Up to `size` distinct held-out pairs.
+                  longer_by: int = 4, part: str = "test",
+                  exclude: set[tuple[int, ...]] | None = None) -> list[tuple[list[int], list[int]]]:
+    """Up to `size` distinct held-out pairs; `part` names the draw ("test", or "val" for the validation pairs,
+    another draw whose sources are none of `exclude`'s).
 
     "unseen": drawn as training draws (training skips these sources), but at most `MAX_HELD_OUT_SHARE` of the
     sources of any one source length, so short lengths are tested less often than they are trained on.
@@ -166,9 +168,9 @@ def make_test_set(task: SequenceTask, size: int, split: str, seed: int,
     """
     if split not in TEST_SPLITS:
         raise ValueError(f"unknown test split {split!r}; choose one of {', '.join(TEST_SPLITS)}")
-    rng = random.Random(f"test-{seed}")
+    rng = random.Random(f"{part}-{seed}")
     taken: dict[int, int] = {}
-    pairs, seen = [], set()
+    pairs, seen = [], set(exclude or ())
     for _ in range(50 * size):  # distinct sources; small spaces (short lengths) simply run out of new ones
         if split == "unseen":
             pair = task.sample(rng)

@@ -41,6 +41,8 @@ class DetectionConfig:
     giou_weight: float = option(2.0, "loss weight of the GIoU loss")
     aux_loss: bool = option(True, "supervise every decoder layer, each with its own matching", flag="--no-aux-loss")
     eval_batch_size: int = option(32, "images per batch in evaluation")
+    val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
+                                      "the folder has no val split")
 
     def __post_init__(self) -> None:
         check(self.backbone_lr >= 0, "backbone_lr", ">= 0 (0 freezes the backbone)", self.backbone_lr)
@@ -53,6 +55,7 @@ class DetectionConfig:
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
         check(self.max_size is None or self.max_size >= 32, "max_size", ">= 32 pixels", self.max_size)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
+        check(0 < self.val_fraction < 1, "val_fraction", "in (0, 1)", self.val_fraction)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,6 @@ from ...atomic import atomic_write
 from ...data.coco import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    CocoDetection,
-    detection_transforms,
-    find_split,
     image_transforms,
     pad_collate,
 )
@@ -29,25 +27,27 @@ from .task import postprocessed
 
 
 def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
-                 batch_size: int | None = None, **_: Any) -> dict[str, Any]:
-    """COCO metrics of the run's model on the val split of its own data (or of `data`, a COCO-format folder with
-    the same categories)."""
-    folder = data or saved["data"]["path"]
-    images, annotations = find_split(folder, "val")
-    dataset = CocoDetection(images, annotations, channels=3, transforms=detection_transforms(
-        False, task.config.max_size, mean=IMAGENET_MEAN, std=IMAGENET_STD))
+                 batch_size: int | None = None, split: str = "test", **_: Any) -> dict[str, Any]:
+    """COCO metrics of the run's model on `split` of its own data (or of `data`, a COCO-format folder with the same
+    categories): the test part, or the validation part where the data has none, split as training split it."""
+    if data:
+        task.config = dataclasses.replace(task.config, data=str(Path(data).expanduser().resolve()))
+    _, val, test = task.datasets(train_transforms=False)
+    dataset, split = (test, "test") if split == "test" and test is not None else (val, "val")
     if dataset.category_names != saved["data"]["classes"]:
-        raise ValueError(f"{annotations} names the categories {dataset.category_names}, the run was trained on "
-                         f"{saved['data']['classes']}; evaluate on data with the run's categories")
+        raise ValueError(f"{dataset.annotations_file} names the categories {dataset.category_names}, the run was "
+                         f"trained on {saved['data']['classes']}; evaluate on data with the run's categories")
     loader = EpochDataLoader(dataset, batch_size or task.config.eval_batch_size, pad=False, collate_fn=pad_collate)
     start = time.perf_counter()
     metrics = task.evaluate(model, loader)
-    return {**metrics, "num_images": len(dataset), "images_per_s": len(dataset) / (time.perf_counter() - start),
-            "data": str(folder), "run_dir": str(run_dir)}
+    return {**metrics, "split": split, "num_images": len(dataset),
+            "images_per_s": len(dataset) / (time.perf_counter() - start), "data": str(task.config.data),
+            "run_dir": str(run_dir)}
 
 
 def format_evaluation(result: dict[str, Any], which: str) -> str:
-    return (f"COCO box metrics on {result['num_images']} images of {result['data']} ({result['run_dir']}, {which})\n"
+    return (f"COCO box metrics on {result['num_images']} {result.get('split', 'val')} images of {result['data']} "
+            f"({result['run_dir']}, {which})\n"
             + format_table(result))
 
 
@@ -117,7 +117,7 @@ def answer(task, model: nn.Module, saved: dict[str, Any], image: Path, folder: P
 
 
 def examples(saved: dict[str, Any], count: int) -> list[Path]:
-    """The images of the run's own folder: its val split first."""
+    """The images of the run's own folder: its val split first (never scored as test there)."""
     from ..base import IMAGE_SUFFIXES
 
     data = saved.get("data", {})

@@ -15,7 +15,16 @@ import torch
 from torch import nn
 from torchvision.ops import box_convert
 
-from ...data.coco import IMAGENET_MEAN, IMAGENET_STD, CocoDetection, detection_transforms, find_split, pad_collate
+from ...data.coco import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CocoDetection,
+    detection_transforms,
+    find_split,
+    has_split,
+    pad_collate,
+)
+from ...data.split import split_indices
 from ...engine.distributed import DistInfo, all_reduce_sum, gather_objects
 from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
@@ -58,7 +67,7 @@ class DetectionTask(Task):
     page: ClassVar[str] = "boxes"
     model_noun: ClassVar[str] = "a detector"
     Config: ClassVar[type] = DetectionConfig
-    best: ClassVar[tuple[str, str]] = ("map", "max")
+    best: ClassVar[tuple[str, str]] = ("val_map", "max")
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data",)
     inference_module: ClassVar[str] = "vitlab.tasks.detection.inference"
@@ -74,38 +83,54 @@ class DetectionTask(Task):
                 "warmup_epochs": 0.0, "schedule": "cosine", "min_lr_ratio": 0.01}
 
     # -- data ----------------------------------------------------------------------------------------------------
-    def datasets(self, train_transforms: bool = True) -> tuple[CocoDetection, CocoDetection]:
+    def datasets(self, train_transforms: bool = True) -> tuple[CocoDetection, CocoDetection, CocoDetection | None]:
+        """(train, val, test): the folder's train/, its val/ (else a seeded --val-fraction of the training images)
+        and its test/ (None where it has none)."""
         c = self.config
         if not c.data:
             raise OptionError("data", "is needed: give a COCO-format folder (`vitlab make-scenes --out DIR` makes "
                               "one from Fashion-MNIST)")
-        (train_images, train_json), (val_images, val_json) = find_split(c.data, "train"), find_split(c.data, "val")
         norm = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
-        train = CocoDetection(train_images, train_json, channels=3,
+        plain = detection_transforms(False, c.max_size, **norm)
+        train = CocoDetection(*find_split(c.data, "train"), channels=3,
                               transforms=detection_transforms(train_transforms, c.max_size, c.hflip, **norm))
-        val = CocoDetection(val_images, val_json, channels=3, transforms=detection_transforms(False, c.max_size,
-                                                                                             **norm))
-        if train.category_names != val.category_names:
-            raise ValueError(f"the train and val annotations of {c.data} name different categories "
-                             f"({train.category_names} vs {val.category_names}); they must share one list")
-        return train, val
+        if has_split(c.data, "val"):
+            val = CocoDetection(*find_split(c.data, "val"), channels=3, transforms=plain)
+            self.split = {"val_from": "val"}
+        else:
+            kept, held = split_indices([0] * len(train), c.val_fraction, self.loop.seed)
+            train, val = train.subset(kept), train.subset(held, transforms=plain)
+            self.split = {"val_from": "train", "val_fraction": c.val_fraction, "seed": self.loop.seed}
+        test = CocoDetection(*find_split(c.data, "test"), channels=3, transforms=plain) \
+            if has_split(c.data, "test") else None
+        for name, part in (("val", val), ("test", test)):
+            if part is not None and part.category_names != train.category_names:
+                raise ValueError(f"the train and {name} annotations of {c.data} name different categories "
+                                 f"({train.category_names} vs {part.category_names}); they must share one list")
+        self.split.update({"train": len(train), "val": len(val), "test": 0 if test is None else len(test)})
+        return train, val, test
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
-        self.train_set, self.val_set = self.datasets()
+        self.train_set, self.val_set, self.test_set = self.datasets()
         loop, dist = self.loop, self.dist
         shard = {"num_replicas": dist.world_size, "rank": dist.rank}
         train = EpochDataLoader(self.train_set, loop.batch_size, shuffle=True,
                                 drop_last=len(self.train_set) > loop.batch_size * dist.world_size,
                                 num_workers=loop.workers, seed=loop.seed, collate_fn=pad_collate, **shard)
-        val = EpochDataLoader(self.val_set, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
-                              collate_fn=pad_collate, **shard)
-        return TaskData(train=train, eval=val)
+
+        def held_out(part):
+            return EpochDataLoader(part, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
+                                   collate_fn=pad_collate, **shard)
+
+        return TaskData(train=train, val=held_out(self.val_set),
+                        test=None if self.test_set is None else held_out(self.test_set))
 
     def run_info(self) -> dict[str, Any]:
         train = self.train_set
         return {"data": {"path": self.config.data, "classes": train.category_names,
                          "category_ids": train.label_to_category, "num_train": len(train),
-                         "num_val": len(self.val_set), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}}
+                         "num_val": len(self.val_set), "num_test": 0 if self.test_set is None else len(self.test_set),
+                         "split": self.split, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}}
 
     def check_resume(self, saved: dict[str, Any]) -> None:
         data = saved["data"]
@@ -180,7 +205,8 @@ class DetectionTask(Task):
         return detections
 
     def evaluate(self, model: nn.Module, data) -> dict[str, float]:
-        """COCO box AP over the whole val split: each process detects on its shard, every process scores all."""
+        """COCO box AP over the whole of `data` (validation or test): each process detects on its shard, every
+        process scores all."""
         detections = [d for part in gather_objects(self.detect(model, data), self.dist) for d in part]
         ground_truth = json.loads(Path(data.dataset.annotations_file).read_text())
         metrics = coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])

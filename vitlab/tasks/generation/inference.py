@@ -29,19 +29,22 @@ def vqgan_of(task, model, saved) -> tuple[torch.nn.Module, dict[str, Any]]:
 
 def evaluate_run(task, model, saved: dict[str, Any], run_dir, data_dir: str | None = None,
                  classifier: str | None = None, samples: int | None = None, temperature: float | None = None,
-                 top_k: int | None = None, top_p: float | None = None, **_: Any) -> dict[str, Any]:
-    """psnr, ssim, usage, perplexity on the whole test set; for a prior also test_loss and, with a classifier
-    (given, or the run's own), fid, fid_floor, class_acc of `samples` class-conditional samples."""
+                 top_k: int | None = None, top_p: float | None = None, split: str = "test", **_: Any
+                 ) -> dict[str, Any]:
+    """psnr, ssim, usage, perplexity on the whole of `split` (the test part, or the validation part where the data
+    has none); for a prior also its code loss and, with a classifier (given, or the run's own), fid, fid_floor,
+    class_acc of `samples` class-conditional samples against those images."""
     vqgan, vqgan_saved = vqgan_of(task, model, saved)
     images = vqgan_images(vqgan_saved, data_dir)
-    result: dict[str, Any] = {"run": str(run_dir), "task": task.name, "num_test": len(images.test),
-                              **reconstruction_scores(vqgan, images, progress=True)}
+    held, held_labels, split = images.held_out(split)
+    result: dict[str, Any] = {"run": str(run_dir), "task": task.name, "split": split, "num_images": len(held),
+                              **reconstruction_scores(vqgan, images, progress=True, part=split)}
     if task.name != "prior":
         return result
     c = task.config
     prior = model.eval()
-    codes = encode_images(vqgan, images.test, desc="encoding the test images")
-    result["test_loss"] = code_loss(prior, codes, images.test_labels)
+    codes = encode_images(vqgan, held, desc=f"encoding the {split} images")
+    result["code_loss"] = code_loss(prior, codes, held_labels)
     classifier = classifier or c.classifier
     if classifier:
         n = samples if samples is not None else c.eval_samples
@@ -50,20 +53,21 @@ def evaluate_run(task, model, saved: dict[str, Any], run_dir, data_dir: str | No
                               top_k if top_k is not None else c.top_k, top_p if top_p is not None else c.top_p,
                               generator=torch.Generator().manual_seed(0))
         features = load_classifier_features(classifier, images.crop)
-        result.update({**generation_scores(features, images, drawn, labels), "samples": n,
+        result.update({**generation_scores(features, images, drawn, labels, part=split), "samples": n,
                        "classifier": str(classifier)})
     return result
 
 
 def format_evaluation(result: dict[str, Any], which: str) -> str:
-    lines = [f"{result['run']} ({which} weights), {result['num_test']} test images:",
+    lines = [f"{result['run']} ({which} weights), {result['num_images']} {result['split']} images:",
              f"  reconstruction PSNR {result['psnr']:.2f} dB, SSIM {result['ssim']:.4f}",
              f"  codebook usage {100 * result['usage']:.1f} %, perplexity {result['perplexity']:.1f}"]
-    if "test_loss" in result:
-        lines.append(f"  prior: test cross-entropy {result['test_loss']:.4f} nats per code")
+    if "code_loss" in result:
+        lines.append(f"  prior: cross-entropy {result['code_loss']:.4f} nats per code")
     if "fid" in result:
-        lines.append(f"  {result['samples']} samples: FID {result['fid']:.2f} (floor, training against test images: "
-                     f"{result['fid_floor']:.2f}), recognised as their class {100 * result['class_acc']:.1f} %")
+        lines.append(f"  {result['samples']} samples: FID {result['fid']:.2f} (floor, training against "
+                     f"{result['split']} images: {result['fid_floor']:.2f}), recognised as their class "
+                     f"{100 * result['class_acc']:.1f} %")
     return "\n".join(lines)
 
 

@@ -42,14 +42,16 @@ def batches(n: int, batch_size: int) -> Iterator[slice]:
 
 @torch.no_grad()
 def reconstruction_scores(model: nn.Module, data: GenerationImages, count: int = 0, batch_size: int = 250,
-                          progress: bool = False) -> dict[str, float]:
-    """psnr, ssim, usage, perplexity of the VQGAN on the first `count` test images (0: all)."""
+                          progress: bool = False, part: str = "test") -> dict[str, float]:
+    """psnr, ssim, usage, perplexity of the VQGAN on the first `count` images (0: all) of `part` ("val" or
+    "test")."""
     from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    images = data.test[:count] if count else data.test
+    images = data.held_out(part)[0]
+    images = images[:count] if count else images
     psnr = PeakSignalNoiseRatio(data_range=1.0, reduction="elementwise_mean", dim=(1, 2, 3)).to(device)
     ssim = StructuralSimilarityIndexMeasure(data_range=1.0).to(device)
     counts = torch.zeros(model.config.num_codes, device=device)
@@ -139,9 +141,10 @@ def class_accuracy(features: ClassifierFeatures, samples: torch.Tensor, labels: 
 
 
 def generation_scores(features: ClassifierFeatures, data: GenerationImages, samples: torch.Tensor,
-                      labels: torch.Tensor) -> dict[str, Any]:
-    """fid (samples against the test images), fid_floor (as many training images against the test images) and
-    class_acc."""
+                      labels: torch.Tensor, part: str = "test") -> dict[str, Any]:
+    """fid (samples against the images of `part`, "val" or "test"), fid_floor (as many training images against
+    them) and class_acc."""
+    reference = data.held_out(part)[0]
     floor = data.train[torch.randperm(len(data.train), generator=torch.Generator().manual_seed(0))[:len(samples)]]
-    return {"fid": fid(features, data.test, samples), "fid_floor": fid(features, data.test, floor),
+    return {"fid": fid(features, reference, samples), "fid_floor": fid(features, reference, floor),
             "class_acc": class_accuracy(features, samples, labels)}

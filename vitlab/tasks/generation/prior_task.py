@@ -47,7 +47,7 @@ def vqgan_images(saved: dict[str, Any], data_dir: str | None = None) -> Generati
     """The images a VQGAN run trained and was scored on."""
     c, data = saved["config"], saved["data"]
     return load_generation_images(c["data"], data_dir or c.get("data_dir"), data["img_size"], data["channels"],
-                                  c.get("val_fraction", 0.1), saved.get("loop", {}).get("seed", 0),
+                                  c.get("val_fraction"), saved.get("loop", {}).get("seed", 0),
                                   not c.get("allow_partial_data", False))
 
 
@@ -105,7 +105,7 @@ class PriorTask(Task):
     page: ClassVar[str] = "samples"
     model_noun: ClassVar[str] = "a prior"
     Config: ClassVar[type] = PriorTaskConfig
-    best: ClassVar[tuple[str, str]] = ("test_loss", "min")
+    best: ClassVar[tuple[str, str]] = ("val_loss", "min")
     sample_name: ClassVar[str] = "sequences"
     resumable: ClassVar[tuple[str, ...]] = ("data_dir", "classifier")
     inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"
@@ -129,16 +129,20 @@ class PriorTask(Task):
         self.images = vqgan_images(self.vqgan_saved, c.data_dir)
         self.vqgan.to(dist.device)
         self.train_codes = encode_images(self.vqgan, self.images.train, desc="encoding the training images")
-        self.test_codes = encode_images(self.vqgan, self.images.test, desc="encoding the test images")
+        self.val_codes = encode_images(self.vqgan, self.images.val, desc="encoding the validation images")
+        self.test_codes = (encode_images(self.vqgan, self.images.test, desc="encoding the test images")
+                           if self.images.test is not None else None)
         self.features = load_classifier_features(c.classifier, self.images.crop) if c.classifier else None
         train = TensorBatches(self.train_codes, self.images.train_labels, batch_size=loop.batch_size, shuffle=True,
                               drop_last=True, seed=loop.seed, num_replicas=dist.world_size, rank=dist.rank)
-        return TaskData(train=train, eval=(self.test_codes, self.images.test_labels))
+        test = (self.test_codes, self.images.test_labels, "test") if self.test_codes is not None else None
+        return TaskData(train=train, val=(self.val_codes, self.images.val_labels, "val"), test=test)
 
     def run_info(self) -> dict[str, Any]:
         d = self.images
         return {"data": {"name": d.name, "vqgan": self.config.vqgan, "classes": d.classes, "num_train": len(d.train),
-                         "num_test": len(d.test), "channels": d.channels, "img_size": d.size, "pad": d.pad}}
+                         "num_val": len(d.val), "num_test": 0 if d.test is None else len(d.test), "split": d.split,
+                         "channels": d.channels, "img_size": d.size, "pad": d.pad}}
 
     def check_resume(self, saved: dict[str, Any]) -> None:
         if saved["data"]["num_train"] != len(self.images.train):
@@ -167,11 +171,13 @@ class PriorTask(Task):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, data) -> dict[str, float]:
-        codes, labels = data
+        """Cross-entropy of the codes of `data` = (codes, labels, part), and with a classifier the FID and class
+        accuracy of samples, against the images of that part."""
+        codes, labels, part = data
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
-        result = {"test_loss": code_loss(model, codes, labels)}
+        result = {"loss": code_loss(model, codes, labels)}
         c = self.config
         if self.features is not None and c.eval_samples:
             sample_labels = balanced_labels(c.eval_samples, model.config.num_classes)
@@ -179,6 +185,6 @@ class PriorTask(Task):
             samples = sample_images(model, self.vqgan, sample_labels, c.temperature, c.top_k, c.top_p,
                                     generator=generator)
             result.update(generation_scores(self.features.to(device), self.images, samples.to(device),
-                                            sample_labels.to(device)))
+                                            sample_labels.to(device), part=part))
         model.train(was_training)
         return result

@@ -53,7 +53,7 @@ class VQGANTask(Task):
     page: ClassVar[str] = "reconstruction"
     model_noun: ClassVar[str] = "a VQGAN"
     Config: ClassVar[type] = VQGANTaskConfig
-    best: ClassVar[tuple[str, str]] = ("psnr", "max")
+    best: ClassVar[tuple[str, str]] = ("val_psnr", "max")
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data_dir",)
     inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"
@@ -85,12 +85,14 @@ class VQGANTask(Task):
         half = (0.5,) * self.images.channels  # (x − 0.5) / 0.5: [0, 1] -> [-1, 1]
         train = TensorLoader(self.images.train, self.images.train_labels, loop.batch_size, half, half,
                              shuffle=True, drop_last=True, seed=loop.seed)
-        return TaskData(train=train, eval=self.images)
+        test = (self.images, "test") if self.images.test is not None else None
+        return TaskData(train=train, val=(self.images, "val"), test=test)
 
     def run_info(self) -> dict[str, Any]:
         d = self.images
         return {"data": {"name": d.name, "data_dir": self.config.data_dir, "classes": d.classes,
-                         "num_train": len(d.train), "num_test": len(d.test), "channels": d.channels,
+                         "num_train": len(d.train), "num_val": len(d.val),
+                         "num_test": 0 if d.test is None else len(d.test), "split": d.split, "channels": d.channels,
                          "img_size": d.size, "pad": d.pad}}
 
     def check_resume(self, saved: dict[str, Any]) -> None:
@@ -162,6 +164,8 @@ class VQGANTask(Task):
                 "loss_vq": out.quantizer_loss.detach()}
 
     # -- evaluation ----------------------------------------------------------------------------------------------
-    def evaluate(self, model: nn.Module, data: GenerationImages) -> dict[str, float]:
-        """Reconstruction PSNR and SSIM, codebook usage and perplexity on the first --eval-images test images."""
-        return reconstruction_scores(model, data, self.config.eval_images)
+    def evaluate(self, model: nn.Module, data: tuple[GenerationImages, str]) -> dict[str, float]:
+        """Reconstruction PSNR and SSIM, codebook usage and perplexity on the first --eval-images images of the
+        part `data` names ("val" or "test")."""
+        images, part = data
+        return reconstruction_scores(model, images, self.config.eval_images, part=part)

@@ -45,6 +45,8 @@ class RestorationConfig:
     temperature: float = option(0.07, "the contrastive term's temperature")
     eval_data: str | None = option(None, "HR images to evaluate on", metavar="DIR", default_text="the data's test "
                                    "photographs (test/ or val/)")
+    val_fraction: float = option(0.1, "share of the training photographs held out (whole) to select the best "
+                                      "checkpoint where the data has no val/")
     eval_crop: int = option(256, "evaluate on each test image's centre, this many pixels square (0: whole images)")
     eval_seed: int = option(0, "seed of the test degradations (the same seed gives the same noisy and rainy inputs)")
     overlap: int = option(12, "tiled inference: pixels that neighbouring tiles share")
@@ -56,6 +58,7 @@ class RestorationConfig:
         check(self.contrastive_weight >= 0, "contrastive_weight", ">= 0", self.contrastive_weight)
         check(self.temperature > 0, "temperature", "positive", self.temperature)
         check(self.eval_crop >= 0, "eval_crop", ">= 0 (0: whole images)", self.eval_crop)
+        check(0 < self.val_fraction < 1, "val_fraction", "in (0, 1)", self.val_fraction)
         check(self.overlap >= 0, "overlap", ">= 0", self.overlap)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
 

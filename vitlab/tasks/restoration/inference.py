@@ -41,17 +41,23 @@ class GivenPairs(torch.utils.data.Dataset):
         return lr.float() / 255, hr[:, :h * self.scale, :w * self.scale].float() / 255, hr_path.stem
 
 
-def evaluation_images(task, saved: dict[str, Any], data: str | None) -> tuple[list[torch.Tensor], list[str], str]:
-    """The images to evaluate on: the run's own test photographs, `skimage` (scikit-image's five colour
-    photographs), fetch-photos' folder (its test split) or a folder with test/ or val/, or an HR folder."""
+def evaluation_images(task, saved: dict[str, Any], data: str | None, split: str = "test"
+                      ) -> tuple[list[torch.Tensor], list[str], str]:
+    """The images to evaluate on: the run's own test photographs (or validation ones: `split`, or where it has no
+    test part), `skimage` (scikit-image's five colour photographs), fetch-photos' folder (its test split) or a
+    folder with test/ or val/, or an HR folder."""
     if data is None:
-        halve = task.config.halve and not task.config.eval_data
-        files = saved["data"]["test"]
-        return load_photos(files, halve_first=halve), [Path(p).stem for p in files], "the run's test photographs"
+        record = saved["data"]
+        if split == "test" and record.get("test"):
+            halve, files, which = task.config.halve and not task.config.eval_data, record["test"], "test"
+        else:
+            halve, files, which = task.config.halve, record.get("val", []), "validation"
+        return load_photos(files, halve_first=halve), [Path(p).stem for p in files], f"the run's {which} photographs"
     if data == "skimage":
         photos = skimage_photos()
         return [to_tensor(array) for array in photos.values()], list(photos), "scikit-image's photographs"
-    plain, test = find_photographs(data)
+    plain, val, test = find_photographs(data)
+    test = test if test is not None and (split == "test" or val is None) else val
     if test is not None:  # a photograph collection: its held-out split, read as training read it
         return load_photos(test, halve_first=task.config.halve), [Path(p).stem for p in test], str(data)
     return load_photos(plain, halve_first=False), [p.stem for p in plain], str(data)  # an HR folder, as it is
@@ -59,7 +65,7 @@ def evaluation_images(task, saved: dict[str, Any], data: str | None) -> tuple[li
 
 def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
                  lr: str | None = None, degradations: list[str] | None = None, crop: int | None = None,
-                 batch_size: int | None = None, **_: Any) -> dict[str, Any]:
+                 batch_size: int | None = None, split: str = "test", **_: Any) -> dict[str, Any]:
     """Per degradation, the mean Y-PSNR, Y-SSIM and RGB PSNR of the model and of the input (bicubic for SR, the
     degraded image itself otherwise) over the images. `lr`: an LR folder whose images replace the bicubic
     downscaling (one SR degradation)."""
@@ -78,7 +84,7 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
         sets = {names[0]: GivenPairs(paired_files(data, lr, scale_of(names[0])), scale_of(names[0]))}
         source, count = f"{data} with LR images from {lr}", len(sets[names[0]])
     else:
-        images, stems, source = evaluation_images(task, saved, data)
+        images, stems, source = evaluation_images(task, saved, data, split)
         size = task.config.eval_crop if crop is None else crop
         sets = {name: RestorationPairs(images, name, size or None, task.config.eval_seed, stems) for name in names}
         count = len(images)

@@ -26,6 +26,7 @@ from torch import nn
 from ...data.degradations import baseline, scale_of
 from ...data.photos import packages, photo_paths
 from ...data.restoration import RestorationPairs, RestorationPatches, TaskBatchLoader, image_files, load_photos
+from ...data.split import split_indices
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
@@ -52,22 +53,26 @@ def supervised_contrastive(features: torch.Tensor, labels: torch.Tensor, tempera
     return -per_anchor.mean()
 
 
-def find_photographs(data: str, eval_data: str | None = None) -> tuple[list[Path], list[Path] | None]:
-    """(train files, test files or None) of --data: fetch-photos' folder (its split), a folder with train/ and
-    test/ (or val/), or one folder of images (all for training); --eval-data replaces the test files."""
+def find_photographs(data: str, eval_data: str | None = None
+                     ) -> tuple[list[Path], list[Path] | None, list[Path] | None]:
+    """(train, val or None, test or None) files of --data: fetch-photos' folder (its train and test splits), a
+    folder with train/ and val/ and/or test/, or one folder of images (all for training); --eval-data replaces the
+    test files. Where there is no val part the task holds some training photographs out."""
     root = Path(data)
     if not root.is_dir():
         raise FileNotFoundError(f"no photograph folder at {root}; `vitlab fetch-photos --out {root}` makes one")
+    val = None
     if any((root / package).is_dir() for package in packages()):
         train, test = photo_paths("train", root), photo_paths("test", root)
     elif (root / "train").is_dir():
         train = image_files(root / "train")
-        test = next((image_files(root / name) for name in ("test", "val") if (root / name).is_dir()), None)
+        val = image_files(root / "val") if (root / "val").is_dir() else None
+        test = image_files(root / "test") if (root / "test").is_dir() else None
     else:
         train, test = image_files(root), None
     if eval_data:
         test = image_files(eval_data)
-    return train, test
+    return train, val, test
 
 
 @register_task
@@ -80,7 +85,7 @@ class RestorationTask(Task):
     page: ClassVar[str] = "restored"
     model_noun: ClassVar[str] = "a restoration model"
     Config: ClassVar[type] = RestorationConfig
-    best: ClassVar[tuple[str, str]] = ("psnr_y", "max")
+    best: ClassVar[tuple[str, str]] = ("val_psnr_y", "max")
     sample_name: ClassVar[str] = "patches"
     resumable: ClassVar[tuple[str, ...]] = ("data", "eval_data")
     unused_parameters: ClassVar[bool] = True  # a step trains one task's head and tail
@@ -108,9 +113,13 @@ class RestorationTask(Task):
         if not c.data:
             raise OptionError("data", "is needed: a folder of photographs (`vitlab fetch-photos --out data/photos` "
                               "gets 49 real ones)")
-        train_files, test_files = find_photographs(c.data, c.eval_data)
-        if test_files is None:
-            raise OptionError("eval_data", f"is needed: {c.data} holds no test/ or val/ folder of held-out images")
+        train_files, val_files, test_files = find_photographs(c.data, c.eval_data)
+        if val_files is None:  # whole photographs held out, so no patch of them is trained on
+            kept_idx, held = split_indices([0] * len(train_files), c.val_fraction, loop.seed)
+            train_files, val_files = [train_files[i] for i in kept_idx], [train_files[i] for i in held]
+            self.split = {"val_from": "train", "val_fraction": c.val_fraction, "seed": loop.seed}
+        else:
+            self.split = {"val_from": "val"}
         need = self.patch_size() * max(scale_of(name) for name in self.tasks)
         images = load_photos(train_files, halve_first=c.halve)
         kept = [(path, image) for path, image in zip(train_files, images) if min(image.shape[-2:]) >= need]
@@ -121,12 +130,18 @@ class RestorationTask(Task):
             warnings.warn(f"{len(images) - len(kept)} training images are smaller than {need} pixels and are left "
                           f"out", stacklevel=2)
         self.train_files = [str(path) for path, _ in kept]
-        self.test_files = [str(path) for path in test_files]
+        self.val_files = [str(path) for path in val_files]
+        self.test_files = [str(path) for path in test_files] if test_files is not None else []
+        self.split.update({"train": len(self.train_files), "val": len(self.val_files), "test": len(self.test_files)})
         self.train_set = RestorationPatches([image for _, image in kept], self.tasks, self.patch_size(),
                                             c.patches_per_task, with_source=c.contrastive_weight > 0)
-        test_images = load_photos(test_files, halve_first=c.halve and not c.eval_data)
         train = TaskBatchLoader(self.train_set, loop.batch_size, loop.seed, dist.rank, dist.world_size, loop.workers)
-        return TaskData(train=train, eval=self.test_sets(test_images, [Path(p).stem for p in test_files]))
+        val = self.test_sets(load_photos(val_files, halve_first=c.halve), [Path(p).stem for p in val_files])
+        test = None
+        if test_files is not None:
+            test_images = load_photos(test_files, halve_first=c.halve and not c.eval_data)
+            test = self.test_sets(test_images, [Path(p).stem for p in test_files])
+        return TaskData(train=train, val=val, test=test)
 
     def test_sets(self, images: list[torch.Tensor], names: list[str]) -> dict[str, RestorationPairs]:
         crop = self.config.eval_crop or None
@@ -134,7 +149,8 @@ class RestorationTask(Task):
 
     def run_info(self) -> dict[str, Any]:
         return {"data": {"path": self.config.data, "degradations": list(self.tasks), "train": self.train_files,
-                         "test": self.test_files, "patch_size": self.patch_size()}}
+                         "val": self.val_files, "test": self.test_files, "split": self.split,
+                         "patch_size": self.patch_size()}}
 
     def check_resume(self, saved: dict[str, Any]) -> None:
         data = saved["data"]
@@ -199,8 +215,8 @@ class RestorationTask(Task):
         return result
 
     def evaluate(self, model: nn.Module, data) -> dict[str, float]:
-        """Each degradation's Y-PSNR, Y-SSIM and RGB PSNR on the test images; `psnr_y`, the mean over tasks,
-        picks the best checkpoint."""
+        """Each degradation's Y-PSNR, Y-SSIM and RGB PSNR on the images of `data` (validation or test); `psnr_y`,
+        the mean over tasks, picks the best checkpoint (as val_psnr_y)."""
         per_task = self.scores(model, data)
         flat = {f"{name}_{key}": value for name, values in per_task.items() for key, value in values.items()}
         return {"psnr_y": sum(v["psnr_y"] for v in per_task.values()) / len(per_task), **flat}

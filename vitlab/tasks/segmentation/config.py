@@ -30,6 +30,8 @@ class SegmentationConfig:
     stride: int | None = option(None, "sliding-window evaluation: window step in pixels", default_text="2/3 of the "
                                 "crop (the paper's 512 for 768)")
     eval_batch_size: int = option(8, "windows per batch in evaluation")
+    val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
+                                      "the folder has no val split")
 
     def __post_init__(self) -> None:
         check(self.num_classes is None or self.num_classes >= 2, "num_classes", "at least 2", self.num_classes)
@@ -40,6 +42,7 @@ class SegmentationConfig:
         check(self.head_lr_mult > 0, "head_lr_mult", "positive", self.head_lr_mult)
         check(self.stride is None or self.stride > 0, "stride", "positive", self.stride)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
+        check(0 < self.val_fraction < 1, "val_fraction", "in (0, 1)", self.val_fraction)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ palette PNG, whose pixel values are the class indices, and an overlay of its col
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -19,10 +20,7 @@ from ...atomic import atomic_write
 from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
 from ...data.folder import load_image
 from ...data.segmentation import (
-    SegmentationDataset,
-    find_segmentation_split,
     pad_collate_masks,
-    segmentation_transforms,
 )
 from ...engine.loaders import EpochDataLoader
 from .metrics import scores
@@ -30,29 +28,33 @@ from .sliding import sliding_window_logits
 
 
 def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
-                 batch_size: int | None = None, **_: Any) -> dict[str, Any]:
+                 batch_size: int | None = None, split: str = "test", **_: Any) -> dict[str, Any]:
     """mIoU, pixel accuracy and each class's IoU (None where a class is neither present nor predicted) of the run's
-    model on the val split of its own data, or of `data`."""
-    folder = data or saved["data"]["path"]
+    model on `split` of its own data, or of `data`: the test part, or the validation part where there is none,
+    split as training split it."""
+    if data:
+        task.config = dataclasses.replace(task.config, data=str(Path(data).expanduser().resolve()))
     classes = saved["data"]["classes"]
-    pairs, names = find_segmentation_split(folder, "val")
-    if names and names != classes:
-        raise ValueError(f"{folder} names the classes {names}, the run was trained on {classes}; evaluate on data "
-                         f"with the run's classes")
-    dataset = SegmentationDataset(pairs, len(classes), transforms=segmentation_transforms(
-        False, saved["data"]["crop_size"], mean=IMAGENET_MEAN, std=IMAGENET_STD))
-    loader = EpochDataLoader(dataset, batch_size or task.config.eval_batch_size, pad=False,
-                             collate_fn=pad_collate_masks)
+    task.config = dataclasses.replace(task.config, num_classes=len(classes))
+    _, val, test = task.datasets(train_transforms=False)
+    dataset, split = (test, "test") if split == "test" and test is not None else (val, "val")
+    if task.class_names != classes:
+        raise ValueError(f"{task.config.data} names the classes {task.class_names}, the run was trained on "
+                         f"{classes}; evaluate on data with the run's classes")
+    if batch_size:
+        task.config = dataclasses.replace(task.config, eval_batch_size=batch_size)
+    loader = EpochDataLoader(dataset, task.config.eval_batch_size, pad=False, collate_fn=pad_collate_masks)
     start = time.perf_counter()
     result = scores(task.confusion(model, loader, len(classes)))
     per_class = {name: (None if math.isnan(v) else v) for name, v in zip(classes, result["iou_per_class"])}
-    return {"miou": result["miou"], "pixel_acc": result["pixel_acc"], "iou_per_class": per_class,
+    return {"miou": result["miou"], "pixel_acc": result["pixel_acc"], "iou_per_class": per_class, "split": split,
             "num_images": len(dataset), "images_per_s": len(dataset) / (time.perf_counter() - start),
-            "data": str(folder), "run_dir": str(run_dir)}
+            "data": str(task.config.data), "run_dir": str(run_dir)}
 
 
 def format_evaluation(result: dict[str, Any], which: str) -> str:
-    lines = [f"segmentation on {result['num_images']} images of {result['data']} ({result['run_dir']}, {which})",
+    lines = [f"segmentation on {result['num_images']} {result.get('split', 'val')} images of {result['data']} "
+             f"({result['run_dir']}, {which})",
              f"mIoU {result['miou']:.4f}   pixel accuracy {result['pixel_acc']:.4f}", "class IoU:"]
     width = max(len(name) for name in result["iou_per_class"])
     lines += [f"  {name:<{width}}  {'—' if iou is None else f'{iou:.4f}'}"

@@ -19,9 +19,11 @@ from ...data.segmentation import (
     SegmentationDataset,
     count_classes,
     find_segmentation_split,
+    has_segmentation_split,
     pad_collate_masks,
     segmentation_transforms,
 )
+from ...data.split import split_indices
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
@@ -48,7 +50,7 @@ class SegmentationTask(Task):
     page: ClassVar[str] = "mask"
     model_noun: ClassVar[str] = "a segmentation model"
     Config: ClassVar[type] = SegmentationConfig
-    best: ClassVar[tuple[str, str]] = ("miou", "max")
+    best: ClassVar[tuple[str, str]] = ("val_miou", "max")
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data",)
     inference_module: ClassVar[str] = "vitlab.tasks.segmentation.inference"
@@ -69,13 +71,23 @@ class SegmentationTask(Task):
     def crop_size(self) -> int:
         return self.config.crop_size or int(get_config(self.config.model).img_size)
 
-    def datasets(self, train_transforms: bool = True) -> tuple[SegmentationDataset, SegmentationDataset]:
+    def datasets(self, train_transforms: bool = True
+                 ) -> tuple[SegmentationDataset, SegmentationDataset, SegmentationDataset | None]:
+        """(train, val, test): the folder's train split, its val split (else a seeded --val-fraction of the training
+        pairs) and its test split (None where it has none)."""
         c = self.config
         if not c.data:
             raise OptionError("data", "is needed: give a segmentation folder (`vitlab make-scenes --out DIR` makes "
                               "one from Fashion-MNIST)")
         train_pairs, names = find_segmentation_split(c.data, "train")
-        val_pairs, _ = find_segmentation_split(c.data, "val")
+        if has_segmentation_split(c.data, "val"):
+            val_pairs, _ = find_segmentation_split(c.data, "val")
+            self.split = {"val_from": "val"}
+        else:
+            kept, held = split_indices([0] * len(train_pairs), c.val_fraction, self.loop.seed)
+            train_pairs, val_pairs = [train_pairs[i] for i in kept], [train_pairs[i] for i in held]
+            self.split = {"val_from": "train", "val_fraction": c.val_fraction, "seed": self.loop.seed}
+        test_pairs = find_segmentation_split(c.data, "test")[0] if has_segmentation_split(c.data, "test") else None
         num_classes = c.num_classes or (len(names) if names else count_classes(train_pairs + val_pairs))
         if names and len(names) != num_classes:
             raise OptionError("num_classes", f"is {num_classes}, but {c.data} names {len(names)} classes ({names})")
@@ -84,23 +96,31 @@ class SegmentationTask(Task):
         crop = self.crop_size()
         train = SegmentationDataset(train_pairs, num_classes, transforms=segmentation_transforms(
             train_transforms, crop, (c.scale_min, c.scale_max), c.hflip, **norm))
-        val = SegmentationDataset(val_pairs, num_classes, transforms=segmentation_transforms(False, crop, **norm))
-        return train, val
+        plain = segmentation_transforms(False, crop, **norm)
+        val = SegmentationDataset(val_pairs, num_classes, transforms=plain)
+        test = None if test_pairs is None else SegmentationDataset(test_pairs, num_classes, transforms=plain)
+        self.split.update({"train": len(train), "val": len(val), "test": 0 if test is None else len(test)})
+        return train, val, test
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
-        self.train_set, self.val_set = self.datasets()
+        self.train_set, self.val_set, self.test_set = self.datasets()
         loop, dist = self.loop, self.dist
         shard = {"num_replicas": dist.world_size, "rank": dist.rank}
         train = EpochDataLoader(self.train_set, loop.batch_size, shuffle=True,
                                 drop_last=len(self.train_set) > loop.batch_size * dist.world_size,
                                 num_workers=loop.workers, seed=loop.seed, collate_fn=pad_collate_masks, **shard)
-        val = EpochDataLoader(self.val_set, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
-                              collate_fn=pad_collate_masks, **shard)
-        return TaskData(train=train, eval=val)
+
+        def held_out(part):
+            return EpochDataLoader(part, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
+                                   collate_fn=pad_collate_masks, **shard)
+
+        return TaskData(train=train, val=held_out(self.val_set),
+                        test=None if self.test_set is None else held_out(self.test_set))
 
     def run_info(self) -> dict[str, Any]:
         return {"data": {"path": self.config.data, "classes": self.class_names, "num_train": len(self.train_set),
-                         "num_val": len(self.val_set), "crop_size": self.crop_size(), "mean": list(IMAGENET_MEAN),
+                         "num_val": len(self.val_set), "num_test": 0 if self.test_set is None else len(self.test_set),
+                         "split": self.split, "crop_size": self.crop_size(), "mean": list(IMAGENET_MEAN),
                          "std": list(IMAGENET_STD)}}
 
     def check_resume(self, saved: dict[str, Any]) -> None:
@@ -160,7 +180,8 @@ class SegmentationTask(Task):
         return torch.tensor(summed, dtype=torch.float64).round().long().view(num_classes, num_classes)
 
     def evaluate(self, model: nn.Module, data) -> dict[str, float]:
-        """mIoU and pixel accuracy over the whole val split (one confusion matrix, sliding windows)."""
+        """mIoU and pixel accuracy over the whole of `data`, validation or test (one confusion matrix, sliding
+        windows)."""
         result = scores(self.confusion(model, data, data.dataset.num_classes))
         return {"miou": result["miou"], "pixel_acc": result["pixel_acc"]}
 

@@ -63,7 +63,7 @@ class Seq2SeqTask(Task):
     PredictOptions: ClassVar[type] = Seq2SeqInferenceOptions
     python_loop: ClassVar[str] = "a seq2seq run decodes in a Python loop: it runs on --runtime torch in fp32 only"
     Config: ClassVar[type] = Seq2SeqConfig
-    best: ClassVar[tuple[str, str]] = ("test_exact_acc", "max")
+    best: ClassVar[tuple[str, str]] = ("val_exact_acc", "max")
     sample_name: ClassVar[str] = "sequences"
 
     @classmethod
@@ -94,12 +94,12 @@ class Seq2SeqTask(Task):
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         c, seed = self.config, self.loop.seed
-        self.test_pairs = make_test_set(self.problem, c.test_size, c.test_split, seed)
-        held_out = {tuple(src) for src, _ in self.test_pairs}
+        self.val_pairs, self.test_pairs = held_out_pairs(self.problem, c.test_size, c.test_split, seed)
+        held_out = {tuple(src) for src, _ in self.val_pairs + self.test_pairs}
         rank = self.dist.rank
         stream = SequenceStream(self.problem, self.loop.batch_size, f"train-{seed}" + (f"-{rank}" if rank else ""),
                                 held_out)
-        return TaskData(train=stream, eval=self.test_pairs)
+        return TaskData(train=stream, val=self.val_pairs, test=self.test_pairs)
 
     def build_model(self) -> Seq2SeqTransformer:
         c, problem = self.config, self.problem
@@ -123,21 +123,21 @@ class Seq2SeqTask(Task):
 
     def evaluate(self, model: nn.Module, data: Pairs) -> dict[str, Any]:
         matches = exact_matches(model, data)
-        return {"test_exact_acc": sum(matches) / len(matches),
-                "test_exact_acc_by_len": accuracy_by_length(data, matches)}
+        return {"exact_acc": sum(matches) / len(matches), "exact_acc_by_len": accuracy_by_length(data, matches)}
 
     # -- a finished run: `vitlab eval` and `vitlab predict` ----------------------------------------------------
-    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, beam_size: int = 1,
+    def evaluate_run(self, model: nn.Module, saved: dict[str, Any], run_dir, beam_size: int = 1, split: str = "test",
                      **_: Any) -> dict[str, Any]:
         c = self.config
-        pairs = make_test_set(self.problem, c.test_size, c.test_split, self.loop.seed)
+        val, test = held_out_pairs(self.problem, c.test_size, c.test_split, self.loop.seed)
+        pairs = test if split == "test" else val
         matches = exact_matches(model, pairs, beam_size=beam_size)
-        return {"test_exact_acc": sum(matches) / len(matches), "test_exact_acc_by_len":
-                accuracy_by_length(pairs, matches), "num_sequences": len(pairs), "run_dir": str(run_dir)}
+        return {"exact_acc": sum(matches) / len(matches), "exact_acc_by_len": accuracy_by_length(pairs, matches),
+                "split": split, "num_sequences": len(pairs), "run_dir": str(run_dir)}
 
     def format_evaluation(self, result: dict[str, Any], which: str) -> str:
-        by_length = ", ".join(f"{n}: {acc:.3f}" for n, acc in result["test_exact_acc_by_len"].items())
-        return (f"held-out exact-sequence accuracy: {result['test_exact_acc']:.4f} on {result['num_sequences']} "
+        by_length = ", ".join(f"{n}: {acc:.3f}" for n, acc in result["exact_acc_by_len"].items())
+        return (f"exact-sequence accuracy: {result['exact_acc']:.4f} on {result['num_sequences']} {result['split']} "
                 f"sequences ({result['run_dir']}, {which})\nby source length: {by_length}")
 
     def predict(self, model: nn.Module, saved: dict[str, Any], inputs: list[str], beam_size: int = 1,
@@ -147,6 +147,14 @@ class Seq2SeqTask(Task):
 
     def format_prediction(self, item: dict[str, Any]) -> str:
         return f"{item['input']} -> {item['output']}"
+
+
+def held_out_pairs(problem: SequenceTask, size: int, split: str, seed: int) -> tuple[Pairs, Pairs]:
+    """(validation, test) pairs, `size` each, with no source in common; training never draws either's sources.
+    The test pairs are the draw they always were; the validation pairs a second draw beside them."""
+    test = make_test_set(problem, size, split, seed)
+    val = make_test_set(problem, size, split, seed, part="val", exclude={tuple(src) for src, _ in test})
+    return val, test
 
 
 @torch.no_grad()
