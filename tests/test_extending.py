@@ -107,7 +107,7 @@ def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, tmp_path, capsy
     run = tmp_path / "bright"
     assert main(["train", "--task", "brightness", "--samples", "64", "--out", str(run)]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert "val_mae" in rows[-1]
+    assert "val_mae" in rows[-2] and "test_mae" in rows[-1]  # selected on validation, the test scored once
     capsys.readouterr()
     assert main(["eval", str(run), "--json", "--samples", "16"]) == 0
     assert out_json(capsys)["samples"] == 16

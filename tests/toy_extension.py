@@ -191,7 +191,7 @@ class BrightnessTask(Task):
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         images, targets = random_images(self.config.samples, self.loop.seed)
         return TaskData(train=Batches(images, targets, self.loop.batch_size, self.loop.seed),
-                        eval=random_images(16, self.loop.seed + 1))
+                        val=random_images(16, self.loop.seed + 1), test=random_images(16, self.loop.seed + 2))
 
     def build_model(self) -> nn.Module:
         self.model_config()
@@ -205,7 +205,7 @@ class BrightnessTask(Task):
         images, targets = data
         model.eval()
         with torch.no_grad():
-            return {"val_mae": (model(images)[:, 0] - targets).abs().mean().item()}
+            return {"mae": (model(images)[:, 0] - targets).abs().mean().item()}
 
     def run_info(self) -> dict[str, Any]:
         return {"data": {"samples": self.config.samples}}

@@ -31,8 +31,18 @@ def test_a_folder_is_resized_and_split(tmp_path):
     data = load_generation_images(str(tmp_path), size=16, val_fraction=0.2)
     assert data.classes == ["cats", "dogs"] and data.pad == 0
     assert data.train.shape[1:] == (3, 16, 16) and data.train.dtype == torch.uint8
-    assert len(data.train) + len(data.test) == 10 and len(data.test) == 2
-    assert set(data.train_labels.tolist()) == {0, 1}
+    assert len(data.train) + len(data.val) == 10 and len(data.val) == 2 and data.test is None  # flat: no test
+    assert set(data.train_labels.tolist()) == {0, 1} and sorted(data.val_labels.tolist()) == [0, 1]  # stratified
+    assert data.held_out("test")[2] == "val"  # where there is no test part, eval reads the validation part
+
+
+def test_fashion_mnist_holds_validation_out_of_the_training_images():
+    data = load_generation_images("fashion-mnist", MINI, size=32, strict_counts=False)
+    train, _ = load_fashion_mnist("train", MINI, download=False, strict_counts=False)
+    assert (len(data.train), len(data.val)) == (183, 17) and data.split["val"] == 17
+    rows = {tuple(x.flatten().tolist()) for x in train}
+    parts = [{tuple(x.flatten().tolist()) for x in data.crop(images)[:, 0]} for images in (data.train, data.val)]
+    assert parts[0] | parts[1] <= rows and not parts[0] & parts[1]
 
 
 def test_bad_data_says_what_was_expected(tmp_path):

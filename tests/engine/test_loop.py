@@ -74,7 +74,7 @@ class ToyConfig:
 class Regression(Task):
     name = "toy-regression"
     Config = ToyConfig
-    best = ("test_loss", "min")
+    best = ("val_loss", "min")
 
     def build_model(self) -> nn.Module:
         torch.manual_seed(0)
@@ -91,7 +91,7 @@ class Regression(Task):
         x, y = data
         model.eval()
         with torch.no_grad():
-            return {"test_loss": (model(x) - y).pow(2).mean().item()}
+            return {"loss": (model(x) - y).pow(2).mean().item()}
 
 
 class TwoOptimizers(Regression):
@@ -121,7 +121,7 @@ class TwoOptimizers(Regression):
 def run_toy(task_cls, run_dir, resume=False, stream=False, **loop):
     task = task_cls(ToyConfig())
     train = Stream(8) if stream else EpochLoader(*regression_data(64, seed=1), batch_size=8)
-    data = TaskData(train=train, eval=regression_data(32, seed=2))
+    data = TaskData(train=train, val=regression_data(32, seed=2), test=regression_data(32, seed=3))
     model = task.build_model()
     length = {"steps": 20, "eval_every": 5} if stream else {"epochs": 3}
     config = LoopConfig(**{**length, "lr": 0.05, "warmup_steps": 2, **loop})
@@ -145,8 +145,10 @@ def test_stopped_and_resumed_equals_uninterrupted(tmp_path, task_cls, stream):
     for key, value in straight.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[key], value, atol=0, rtol=0, msg=key)
     rows = RunDir(tmp_path / "split").read_metrics()
-    assert [row["step"] for row in rows] == ([5, 7, 10, 15, 20] if stream else [5, 8, 16, 24])
-    assert all(row["train_loss"] > 0 for row in rows)
+    assert [row["step"] for row in rows] == ([5, 7, 10, 15, 20, 20] if stream else [5, 8, 16, 24, 24])
+    assert all(row["train_loss"] > 0 for row in rows[:-1])
+    straight_rows = RunDir(tmp_path / "straight").read_metrics()
+    assert rows[-1] == {**straight_rows[-1], "elapsed_s": rows[-1]["elapsed_s"]}  # the same one test row
 
 
 def test_two_optimizers_both_learn_and_are_saved(tmp_path):
@@ -160,16 +162,67 @@ def test_two_optimizers_both_learn_and_are_saved(tmp_path):
 @pytest.mark.parametrize("direction", ["min", "max"])
 def test_best_checkpoint_follows_the_metrics_direction(tmp_path, direction):
     class Chosen(Regression):
-        best = ("test_loss", direction)
+        best = ("val_loss", direction)
 
     run_toy(Chosen, tmp_path / "run", epochs=4)
-    rows = RunDir(tmp_path / "run").read_metrics()
-    losses = [row["test_loss"] for row in rows]
+    *rows, test_row = RunDir(tmp_path / "run").read_metrics()
+    losses = [row["val_loss"] for row in rows]
     assert losses[-1] < losses[0]  # it learns, so min and max pick different evaluations
     chosen = rows[losses.index(min(losses) if direction == "min" else max(losses))]
-    _, metadata = weights(tmp_path / "run", "best")
+    best, metadata = weights(tmp_path / "run", "best")
     assert metadata["step"] == str(chosen["step"])
-    assert float(metadata["test_loss"]) == pytest.approx(chosen["test_loss"])
+    assert float(metadata["val_loss"]) == pytest.approx(chosen["val_loss"])
+    # the test part, scored once at the end, on the selected weights, by the formula
+    x, y = regression_data(32, seed=3)
+    expected = ((x @ best["1.weight"].T + best["1.bias"]) - y).pow(2).mean().item()
+    assert test_row["test_loss"] == pytest.approx(expected, rel=1e-5)
+    assert test_row["selected_step"] == chosen["step"] and test_row["selected_by"] == "val_loss"
+    assert not any(key.startswith("test_") for row in rows for key in row)
+
+
+def test_the_test_part_is_read_once_after_the_last_step_and_never_for_selection(tmp_path):
+    class Spy(Regression):
+        reads: list[str] = []
+
+        def evaluate(self, model, data):
+            Spy.reads.append("test" if data is test else "val")
+            return super().evaluate(model, data)
+
+    test = regression_data(32, seed=3)
+    task = Spy(ToyConfig())
+    data = TaskData(train=EpochLoader(*regression_data(64, seed=1), batch_size=8), val=regression_data(32, seed=2),
+                    test=test)
+    fit(task, task.build_model(), data, LoopConfig(epochs=3, lr=0.05, warmup_steps=2), RunDir(tmp_path / "run"))
+    assert Spy.reads == ["val", "val", "val", "test"]
+
+
+def test_selecting_on_a_test_figure_is_refused(tmp_path):
+    class Peeking(Regression):
+        best = ("test_loss", "min")
+
+    with pytest.raises(ValueError, match="validation metric"):
+        run_toy(Peeking, tmp_path / "run")
+
+
+def test_a_run_killed_before_its_test_scores_it_on_resume(tmp_path):
+    run_toy(Regression, tmp_path / "run")
+    run = RunDir(tmp_path / "run")
+    rows = run.read_metrics()
+    run.keep_metrics(rows[-1]["step"] - 1)  # as if killed after the last checkpoint, before the test row
+    run.append_metrics(rows[-2])
+    _, result = run_toy(Regression, tmp_path / "run", resume=True)
+    again = run.read_metrics()
+    assert again[-1]["test_loss"] == pytest.approx(rows[-1]["test_loss"]) and result["test_loss"] == again[-1][
+        "test_loss"]
+    assert sum("test_loss" in row for row in again) == 1
+
+
+def test_without_a_test_part_there_is_no_test_row(tmp_path):
+    task = Regression(ToyConfig())
+    data = TaskData(train=EpochLoader(*regression_data(64, seed=1), batch_size=8), val=regression_data(32, seed=2))
+    result = fit(task, task.build_model(), data, LoopConfig(epochs=2, lr=0.05), RunDir(tmp_path / "run"))
+    rows = RunDir(tmp_path / "run").read_metrics()
+    assert len(rows) == 2 and "val_loss" in result and not any(k.startswith("test_") for r in rows for k in r)
 
 
 def test_accumulating_two_batches_equals_the_double_batch(tmp_path):
@@ -204,10 +257,11 @@ def test_loop_options_are_checked_with_their_names():
         LoopConfig(schedule="linear")
 
 
-@pytest.mark.parametrize(("curves", "drawn_after_rows"), [("every", [1, 2, 3]), ("end", [2, 3])])
+@pytest.mark.parametrize(("curves", "drawn_after_rows"), [("every", [1, 2, 3]), ("end", [2, 4])])
 def test_curves_are_drawn_at_every_checkpoint_or_once_per_run(tmp_path, monkeypatch, curves, drawn_after_rows):
     """`every` draws curves.png at each of the 3 epochs' checkpoints; `end` once when the run stops, whether
-    it finished or was stopped to resume later (here after 2 epochs, then resumed for the third)."""
+    it finished (its test row included) or was stopped to resume later (here after 2 epochs, then resumed for the
+    third)."""
     drawn = []  # how many metrics rows the run had each time its picture was drawn
     monkeypatch.setattr(RunDir, "plot_curves", lambda run: drawn.append(len(run.read_metrics())))
     run_toy(Regression, tmp_path / "run", curves=curves, max_epochs_this_run=2)

@@ -38,13 +38,18 @@ def test_run_folder_contents_and_metrics(tmp_path):
     run = tmp_path / "run"
     for name in ("config.json", "metrics.jsonl", "last.safetensors", "best.safetensors", "state.pt", "curves.png"):
         assert (run / name).is_file(), name
-    rows = read_metrics(run)
+    *rows, test_row = read_metrics(run)
     assert [r["epoch"] for r in rows] == [1, 2]
-    assert {"train_loss", "train_acc", "test_loss", "test_acc", "lr", "elapsed_s"} <= set(rows[0])
-    assert result["test_acc"] == rows[-1]["test_acc"]
+    assert {"train_loss", "train_acc", "val_loss", "val_acc", "lr", "elapsed_s"} <= set(rows[0])
+    assert not any(key.startswith("test_") for row in rows for key in row)  # the test set is not looked at ...
+    assert {"test_loss", "test_acc"} <= set(test_row) and test_row["selected_by"] == "val_acc"  # ... until the end
+    assert result["test_acc"] == test_row["test_acc"] and result["val_acc"] == rows[-1]["val_acc"]
     assert Image.open(run / "curves.png").size == (1000, 400)
     info = json.loads((run / "config.json").read_text())
     assert info["data"]["classes"][0] == "T-shirt/top" and info["loop"]["epochs"] == 2
+    # 5,000 of Fashion-MNIST's 60,000 training images for validation: of the 200-image fixture, 17
+    assert info["data"]["split"] == {"train": 183, "val": 17, "test": 100, "val_from": "train",
+                                     "val_fraction": 5000 / 60000, "seed": 0}
     assert info["task"] == "classification"
     model, _ = load_run(run)
     assert model.config.dim == 32
@@ -69,7 +74,7 @@ def test_interrupted_then_resumed_equals_straight_run(tmp_path, monkeypatch):
     real = ClassificationTask.loss
     calls = []
 
-    def dying(self, model, batch):  # 200 images in batches of 32: 6 steps an epoch; die in the second
+    def dying(self, model, batch):  # 183 training images in batches of 32: 5 steps an epoch; die in the second
         calls.append(1)
         if len(calls) == 8:
             raise KeyboardInterrupt("killed")
@@ -84,7 +89,8 @@ def test_interrupted_then_resumed_equals_straight_run(tmp_path, monkeypatch):
     a, b = weights(straight), weights(resumed)
     for key in a:
         torch.testing.assert_close(b[key], a[key], atol=1e-6, rtol=0)
-    assert [r["epoch"] for r in read_metrics(resumed)] == [1, 2, 3]
+    assert [r["epoch"] for r in read_metrics(resumed)] == [1, 2, 3, 3]  # the last row: the test, once
+    assert read_metrics(resumed)[-1]["test_acc"] == read_metrics(straight)[-1]["test_acc"]
 
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):

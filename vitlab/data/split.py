@@ -26,9 +26,10 @@ def dataset_targets(dataset: Dataset) -> list[int] | None:
 def split_indices(targets: Sequence[int], val_fraction: float, seed: int = 0) -> tuple[list[int], list[int]]:
     """Split ``range(len(targets))`` into (train, val) index lists, class by class.
 
-    The val set gets ``round(len(targets) * val_fraction)`` examples, shared among classes in proportion to
-    their size (largest remainders get the odd ones), but every class keeps at least one example in train so
-    none is missing from training. Members are picked by a random permutation seeded with ``seed``, independent
+    The val set gets ``round(len(targets) * val_fraction)`` examples (at least one, where a fraction is asked for
+    and there are two examples or more: a validation set of none could select nothing), shared among classes in
+    proportion to their size (largest remainders get the odd ones), but every class keeps at least one example in
+    train so none is missing from training. Members are picked by a random permutation seeded with ``seed``, independent
     of the global RNG. Both lists come back sorted.
     """
     if not 0.0 <= val_fraction < 1.0:
@@ -42,7 +43,10 @@ def split_indices(targets: Sequence[int], val_fraction: float, seed: int = 0) ->
 
     quota = {t: len(by_class[t]) * val_fraction for t in classes}
     n_val = {t: min(int(quota[t]), len(by_class[t]) - 1) for t in classes}
-    missing = round(len(targets) * val_fraction) - sum(n_val.values())
+    wanted = round(len(targets) * val_fraction)
+    if val_fraction > 0 and len(targets) >= 2:
+        wanted = max(wanted, 1)
+    missing = wanted - sum(n_val.values())
     for t in sorted(classes, key=lambda t: (int(quota[t]) - quota[t], t)):  # largest fractional part first
         if missing <= 0:
             break

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -164,8 +165,12 @@ class Task:
         so."""
         if split not in ("test", "val"):
             raise ValueError(f"split must be 'test' or 'val', got {split!r}")
-        return self._inference().evaluate_run(self, model, saved, run_dir, split=split,
-                                              **self.options(self.EvalOptions, options))
+        evaluate_run = self._inference().evaluate_run
+        if "split" not in inspect.signature(evaluate_run).parameters:
+            if split != "test":
+                raise ValueError(f"`vitlab eval` of a {self.name} run scores its held-out data only; drop --split")
+            return evaluate_run(self, model, saved, run_dir, **self.options(self.EvalOptions, options))
+        return evaluate_run(self, model, saved, run_dir, split=split, **self.options(self.EvalOptions, options))
 
     def format_evaluation(self, result: dict[str, Any], which: str) -> str:
         return self._inference().format_evaluation(result, which)
