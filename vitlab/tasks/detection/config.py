@@ -41,6 +41,10 @@ class DetectionConfig:
     giou_weight: float = option(2.0, "loss weight of the GIoU loss")
     aux_loss: bool = option(True, "supervise every decoder layer, each with its own matching", flag="--no-aux-loss")
     eval_batch_size: int = option(32, "images per batch in evaluation")
+    skip_bad_images: bool = option(False, "skip unreadable images and images missing on disk (counted) instead of "
+                                   "stopping")
+    skip_bad_annotations: bool = option(False, "skip bad annotations and image entries (counted) instead of "
+                                        "stopping")
 
     def __post_init__(self) -> None:
         check(self.backbone_lr >= 0, "backbone_lr", ">= 0 (0 freezes the backbone)", self.backbone_lr)

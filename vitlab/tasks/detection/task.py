@@ -7,8 +7,6 @@ targets: per image "boxes" (M, 4) XYXY pixels, "labels" (M,), "size" (H_i, W_i),
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -81,10 +79,11 @@ class DetectionTask(Task):
                               "one from Fashion-MNIST)")
         (train_images, train_json), (val_images, val_json) = find_split(c.data, "train"), find_split(c.data, "val")
         norm = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+        skip = {"skip_bad_images": c.skip_bad_images, "skip_bad_annotations": c.skip_bad_annotations}
         train = CocoDetection(train_images, train_json, channels=3,
-                              transforms=detection_transforms(train_transforms, c.max_size, c.hflip, **norm))
+                              transforms=detection_transforms(train_transforms, c.max_size, c.hflip, **norm), **skip)
         val = CocoDetection(val_images, val_json, channels=3, transforms=detection_transforms(False, c.max_size,
-                                                                                             **norm))
+                                                                                             **norm), **skip)
         if train.category_names != val.category_names:
             raise ValueError(f"the train and val annotations of {c.data} name different categories "
                              f"({train.category_names} vs {val.category_names}); they must share one list")
@@ -182,6 +181,6 @@ class DetectionTask(Task):
     def evaluate(self, model: nn.Module, data) -> dict[str, float]:
         """COCO box AP over the whole val split: each process detects on its shard, every process scores all."""
         detections = [d for part in gather_objects(self.detect(model, data), self.dist) for d in part]
-        ground_truth = json.loads(Path(data.dataset.annotations_file).read_text())
+        ground_truth = data.dataset.coco  # as checked: the entries skipped in training are not scored either
         metrics = coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])
         return {**metrics, "num_detections": len(detections)}
