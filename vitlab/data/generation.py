@@ -31,6 +31,7 @@ class GenerationImages:
     test_labels: torch.Tensor
     classes: list[str]
     pad: int = 0
+    num_skipped: int = 0  # unreadable images of a folder left out (skip_bad_images)
 
     @property
     def channels(self) -> int:
@@ -61,10 +62,12 @@ def pad_to(images: torch.Tensor, size: int) -> tuple[torch.Tensor, int]:
 
 def load_generation_images(data: str = "fashion-mnist", data_dir: str | os.PathLike[str] | None = None,
                            size: int = 32, channels: int | None = None, val_fraction: float = 0.1,
-                           seed: int = 0, strict_counts: bool = True) -> GenerationImages:
+                           seed: int = 0, strict_counts: bool = True, skip_bad_images: bool = False
+                           ) -> GenerationImages:
     """Fashion-MNIST (train 60,000, test 10,000), padded to `size`; or an image folder resized to `size`, its
     test/ (or val/) split folder held out, else `val_fraction` of it. `strict_counts=False` accepts a Fashion-MNIST
-    copy with fewer images."""
+    copy with fewer images; `skip_bad_images` leaves a folder's unreadable images out (counted, warned) instead of
+    stopping."""
     if data.lower() in FASHION_MNIST_NAMES:
         if channels not in (None, 1):
             raise ValueError(f"Fashion-MNIST is grayscale (1 channel); the model asks for {channels}")
@@ -79,10 +82,13 @@ def load_generation_images(data: str = "fashion-mnist", data_dir: str | os.PathL
                                 f"{data!r}, which is neither")
     channels = channels or 3
     bundle = build_datasets(data, val_fraction=val_fraction, img_size=size, channels=channels, seed=seed,
-                            augment=False, mean=(0.0,) * channels, std=(1.0,) * channels)
+                            augment=False, mean=(0.0,) * channels, std=(1.0,) * channels,
+                            skip_bad_images=skip_bad_images)
     train, train_labels = _in_memory(bundle.train, f"reading {data}")
     test, test_labels = _in_memory(bundle.test, "reading the held-out images")
-    return GenerationImages(str(Path(data).resolve()), train, train_labels, test, test_labels, list(bundle.classes))
+    folders = {getattr(d, "dataset", d) for d in (bundle.train, bundle.test)}  # one folder, or train/ and test/
+    return GenerationImages(str(Path(data).resolve()), train, train_labels, test, test_labels, list(bundle.classes),
+                            num_skipped=sum(getattr(folder, "num_skipped", 0) for folder in folders))
 
 
 def _in_memory(dataset, description: str) -> tuple[torch.Tensor, torch.Tensor]:

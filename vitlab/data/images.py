@@ -35,12 +35,13 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vitlab.data.channels import convert_pil
 
-__all__ = ["DEFAULT_MAX_PIXELS", "SKIP_HINT", "BadImageError", "decode", "image_size", "open_image", "read_image",
-           "to_channels", "warn_skipped"]
+__all__ = ["DEFAULT_MAX_PIXELS", "INPUT_HINT", "SKIP_HINT", "BadImageError", "decode", "image_size", "open_image",
+           "read_image", "to_channels", "warn_skipped"]
 
 # 64 MP: above any camera's photograph (a 61 MP full-frame sensor), below Pillow's own bomb warning (89 MP)
 DEFAULT_MAX_PIXELS = 64 * 2**20
 SKIP_HINT = "replace or delete it, or pass skip_bad_images=True (--skip-bad-images) to leave unreadable images out"
+INPUT_HINT = "give an image file (PNG, JPEG, WebP, BMP, GIF or TIFF)"  # for a file given to predict, not a data set
 RAISE_HINT = ("downscale it; the limit guards memory against decompression bombs (from Python: "
               "read_image(..., max_pixels=N))")
 

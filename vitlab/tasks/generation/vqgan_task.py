@@ -81,7 +81,8 @@ class VQGANTask(Task):
         c, loop = self.config, self.loop
         model_config = get_config(c.model)
         self.images = load_generation_images(c.data, c.data_dir, self.image_size(), model_config.in_chans,
-                                             c.val_fraction, loop.seed, not c.allow_partial_data)
+                                             c.val_fraction, loop.seed, not c.allow_partial_data,
+                                             skip_bad_images=c.skip_bad_images)
         half = (0.5,) * self.images.channels  # (x − 0.5) / 0.5: [0, 1] -> [-1, 1]
         train = TensorLoader(self.images.train, self.images.train_labels, loop.batch_size, half, half,
                              shuffle=True, drop_last=True, seed=loop.seed)

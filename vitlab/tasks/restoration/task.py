@@ -25,7 +25,7 @@ from torch import nn
 
 from ...data.degradations import baseline, scale_of
 from ...data.photos import packages, photo_paths
-from ...data.restoration import RestorationPairs, RestorationPatches, TaskBatchLoader, image_files, load_photos
+from ...data.restoration import RestorationPairs, RestorationPatches, TaskBatchLoader, image_files, read_photos
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
@@ -112,7 +112,8 @@ class RestorationTask(Task):
         if test_files is None:
             raise OptionError("eval_data", f"is needed: {c.data} holds no test/ or val/ folder of held-out images")
         need = self.patch_size() * max(scale_of(name) for name in self.tasks)
-        images = load_photos(train_files, halve_first=c.halve)
+        train_files, images = read_photos(train_files, c.halve, c.skip_bad_images)
+        test_files, test_images = read_photos(test_files, c.halve and not c.eval_data, c.skip_bad_images)
         kept = [(path, image) for path, image in zip(train_files, images) if min(image.shape[-2:]) >= need]
         if not kept:
             raise ValueError(f"no training image of {c.data} has both sides of at least {need} pixels (the patch "
@@ -124,7 +125,6 @@ class RestorationTask(Task):
         self.test_files = [str(path) for path in test_files]
         self.train_set = RestorationPatches([image for _, image in kept], self.tasks, self.patch_size(),
                                             c.patches_per_task, with_source=c.contrastive_weight > 0)
-        test_images = load_photos(test_files, halve_first=c.halve and not c.eval_data)
         train = TaskBatchLoader(self.train_set, loop.batch_size, loop.seed, dist.rank, dist.world_size, loop.workers)
         return TaskData(train=train, eval=self.test_sets(test_images, [Path(p).stem for p in test_files]))
 

@@ -30,6 +30,9 @@ class SegmentationConfig:
     stride: int | None = option(None, "sliding-window evaluation: window step in pixels", default_text="2/3 of the "
                                 "crop (the paper's 512 for 768)")
     eval_batch_size: int = option(8, "windows per batch in evaluation")
+    skip_bad_images: bool = option(False, "skip unreadable images and their masks (counted) instead of stopping")
+    skip_bad_annotations: bool = option(False, "skip bad masks (missing, of another size, values beyond the "
+                                        "classes) and their images (counted) instead of stopping")
 
     def __post_init__(self) -> None:
         check(self.num_classes is None or self.num_classes >= 2, "num_classes", "at least 2", self.num_classes)

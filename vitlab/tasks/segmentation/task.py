@@ -82,9 +82,11 @@ class SegmentationTask(Task):
         self.class_names = names or [f"class_{i}" for i in range(num_classes)]
         norm = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
         crop = self.crop_size()
+        skip = {"skip_bad_images": c.skip_bad_images, "skip_bad_annotations": c.skip_bad_annotations}
         train = SegmentationDataset(train_pairs, num_classes, transforms=segmentation_transforms(
-            train_transforms, crop, (c.scale_min, c.scale_max), c.hflip, **norm))
-        val = SegmentationDataset(val_pairs, num_classes, transforms=segmentation_transforms(False, crop, **norm))
+            train_transforms, crop, (c.scale_min, c.scale_max), c.hflip, **norm), **skip)
+        val = SegmentationDataset(val_pairs, num_classes, transforms=segmentation_transforms(False, crop, **norm),
+                                  **skip)
         return train, val
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
