@@ -42,8 +42,6 @@ __all__ = ["DEFAULT_MAX_PIXELS", "INPUT_HINT", "SKIP_HINT", "BadImageError", "de
 DEFAULT_MAX_PIXELS = 64 * 2**20
 SKIP_HINT = "replace or delete it, or pass skip_bad_images=True (--skip-bad-images) to leave unreadable images out"
 INPUT_HINT = "give an image file (PNG, JPEG, WebP, BMP, GIF or TIFF)"  # for a file given to predict, not a data set
-RAISE_HINT = ("downscale it; the limit guards memory against decompression bombs (from Python: "
-              "read_image(..., max_pixels=N))")
 
 Source = str | os.PathLike[str] | bytes
 
@@ -82,8 +80,8 @@ def _first_bytes(source: Source) -> bytes:
 def _too_large(name, width: int | None, height: int | None, pixels: int, max_pixels: int, hint: str
                ) -> BadImageError:
     size = f"{width}×{height} = " if width else ""
-    return BadImageError(name, f"is {size}{_pixels(pixels)} pixels, above the limit of {_pixels(max_pixels)}",
-                         "too large", hint)
+    return BadImageError(name, f"is {size}{_pixels(pixels)} pixels, above the limit of {_pixels(max_pixels)} that "
+                         f"guards memory against decompression bombs; downscale it", "too large", hint)
 
 
 def open_image(source: Source, name: str | os.PathLike[str] | None = None, max_pixels: int = DEFAULT_MAX_PIXELS,

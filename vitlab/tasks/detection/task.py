@@ -89,6 +89,12 @@ class DetectionTask(Task):
                              f"({train.category_names} vs {val.category_names}); they must share one list")
         return train, val
 
+    @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        from ...data.check_splits import check_coco_folder
+
+        return check_coco_folder(data)
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         self.train_set, self.val_set = self.datasets()
         loop, dist = self.loop, self.dist

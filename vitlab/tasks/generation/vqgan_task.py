@@ -77,6 +77,12 @@ class VQGANTask(Task):
     def image_size(self) -> int:
         return self.config.img_size or get_config(self.config.model).resolution
 
+    @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        from ...data.check_splits import check_image_folder
+
+        return check_image_folder(data)
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         c, loop = self.config, self.loop
         model_config = get_config(c.model)

@@ -103,6 +103,14 @@ class RestorationTask(Task):
         config = get_config(self.config.model)
         return int(getattr(config, "patch_size", 48))
 
+    @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        from ...data.checks import check_image_files
+
+        train, test = find_photographs(data)
+        return [check_image_files(files, f"{split} images of {data}") for split, files in (("train", train),
+                                                                                            ("test", test)) if files]
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         c, loop, dist = self.config, self.loop, self.dist
         if not c.data:

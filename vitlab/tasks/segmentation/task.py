@@ -89,6 +89,12 @@ class SegmentationTask(Task):
                                   **skip)
         return train, val
 
+    @classmethod
+    def check_data(cls, data: str, num_classes: int | None = None, **options: Any) -> list[Any]:
+        from ...data.check_splits import check_mask_folder
+
+        return check_mask_folder(data, num_classes)
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         self.train_set, self.val_set = self.datasets()
         loop, dist = self.loop, self.dist
