@@ -68,6 +68,6 @@ def test_div2k_style_folders_pair_by_stem(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"0003\.png"):
         paired_files(tmp_path / "HR", tmp_path / "LR_bicubic/X2", 2)
     (tmp_path / "HR" / "broken.png").write_bytes(b"no image")
-    with pytest.raises(ValueError, match=r"broken\.png is not an image"):
+    with pytest.raises(ValueError, match=r"broken\.png: it is not an image"):
         load_photos([tmp_path / "HR" / "broken.png"])
     assert halve(torch.zeros(3, 21, 30, dtype=torch.uint8)).shape == (3, 10, 15)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from vitlab.data.checks import DataCheckError
 from vitlab.data.scenes import SceneOptions, make_scenes, rle_decode
 from vitlab.data.segmentation import (
     IGNORE_INDEX,
@@ -95,19 +96,23 @@ def test_flat_folder_holds_every_tenth_pair_out(tmp_path):
 
 
 def test_bad_masks_are_errors_that_name_the_file(tmp_path):
+    """Found when the dataset is built (tests/data/test_checks.py); a dataset built without the check still refuses
+    a bad pair when it reaches it."""
     flat_folder(tmp_path, 10)
     pairs, _ = find_segmentation_split(tmp_path, "train")
     with pytest.raises(BadMaskError, match=r"002\.png has values \[2\], but there are 2 classes"):
-        SegmentationDataset(pairs, num_classes=2)[2]
+        SegmentationDataset(pairs, num_classes=2, check=False)[2]
+    with pytest.raises(DataCheckError, match=r"002\.png: has values \[2\], but there are 2 classes"):
+        SegmentationDataset(pairs, num_classes=2)
     Image.new("L", (5, 5)).save(tmp_path / "masks" / "001.png")
     with pytest.raises(BadMaskError, match=r"001\.png is 5×5 pixels but its image .*001\.png is 16×12"):
-        SegmentationDataset(pairs, num_classes=3)[1]
+        SegmentationDataset(pairs, num_classes=3, check=False)[1]
     Image.new("RGB", (16, 12)).save(tmp_path / "masks" / "000.png")
     with pytest.raises(BadMaskError, match=r"000\.png is a RGB image"):
-        SegmentationDataset(pairs, num_classes=3)[0]
+        SegmentationDataset(pairs, num_classes=3, check=False)[0]
     (tmp_path / "masks" / "003.png").unlink()
-    with pytest.raises(FileNotFoundError, match="have no mask of the same stem"):
-        find_segmentation_split(tmp_path, "train")
+    with pytest.raises(DataCheckError, match=r"3 problem\(s\)(.|\n)*mask missing(.|\n)*003\.png"):
+        SegmentationDataset(find_segmentation_split(tmp_path, "train")[0], num_classes=3)
     with pytest.raises(FileNotFoundError, match="is not a segmentation folder"):
         find_segmentation_split(tmp_path / "nothing", "train")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 import torch
@@ -182,7 +183,7 @@ def test_best_checkpoint_follows_the_metrics_direction(tmp_path, direction):
 
 def test_the_test_part_is_read_once_after_the_last_step_and_never_for_selection(tmp_path):
     class Spy(Regression):
-        reads: list[str] = []
+        reads: ClassVar[list[str]] = []
 
         def evaluate(self, model, data):
             Spy.reads.append("test" if data is test else "val")

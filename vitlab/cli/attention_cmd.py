@@ -49,7 +49,7 @@ def _model_and_data(run_dir: str, weights: str):
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from ..data.folder import load_image
+    from ..data.images import INPUT_HINT, read_image
     from ..viz.attention import image_attention
     from ..viz.render import attention_strip, save_png
 
@@ -58,7 +58,7 @@ def run_attention(args: argparse.Namespace) -> int:
         raise ValueError(f"--layer must be in {-len(model.blocks)}..{len(model.blocks) - 1}, got {args.layer}")
     out = Path(args.out)
     for path in args.images:
-        shown, rollout, heads, probs = image_attention(model, load_image(path, data["channels"]), data,
+        shown, rollout, heads, probs = image_attention(model, read_image(path, data["channels"], hint=INPUT_HINT), data,
                                                        args.head_fusion, args.discard_ratio, args.layer)
         written = save_png(attention_strip(shown, rollout, heads), out / f"{Path(path).stem}_attention.png")
         print(f"{written}: predicted class {int(probs.argmax())} ({float(probs.max()):.3f}); panels: input, "

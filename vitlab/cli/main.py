@@ -9,6 +9,7 @@ import sys
 from . import (
     attention_cmd,
     bench_cmd,
+    check_data_cmd,
     convert_cmd,
     demo,
     evaluate_cmd,
@@ -24,8 +25,8 @@ from . import (
     train,
 )
 
-COMMANDS = [train, evaluate_cmd, predict, attention_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd, demo,
-            seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
+COMMANDS = [train, evaluate_cmd, predict, attention_cmd, check_data_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd,
+            demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

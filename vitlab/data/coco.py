@@ -6,7 +6,8 @@ export, or `vitlab make-scenes`).
 
 - Category ids (any integers, in any order) map to contiguous labels 0 … K-1 by ascending id, and back
   (`label_to_category`, `category_names`), so a model's class index always names a COCO category.
-- Crowd annotations (iscrowd=1) are left out, as DETR's training does; boxes without area are dropped.
+- Crowd annotations (iscrowd=1) are left out, as DETR's training does; boxes that a crop or resize leaves without
+  area are dropped. The whole file is checked when the dataset is built (data/checks.py).
 - Images of any size, grayscale or RGB, come out with `channels` channels.
 - `transforms` is a torchvision transforms v2 callable on (image, target): the boxes are `tv_tensors.BoundingBoxes`,
   so every flip, resize and crop moves them with the image.
@@ -16,7 +17,6 @@ export, or `vitlab make-scenes`).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,23 +28,27 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
+from .checks import check_coco, keep_good
+from .images import read_image
+
 
 class CocoDetection(Dataset):
+    """A COCO split, checked whole when built (data/checks.py): a bad box, an unknown category or image, a
+    duplicate id or an image missing on disk raises one DataCheckError listing every problem, unless
+    `skip_bad_annotations` / `skip_bad_images` drop the bad entries (counted in `num_skipped`, and warned about).
+    With `skip_bad_images` every image is decoded once now, so that the length stays fixed through the epochs.
+    `coco` is the instances dictionary as trained on (the bad entries left out): the ground truth to score."""
+
     def __init__(self, image_dir: str | Path, annotations: str | Path, channels: int = 3,
-                 transforms: Callable | None = None) -> None:
+                 transforms: Callable | None = None, skip_bad_images: bool = False,
+                 skip_bad_annotations: bool = False) -> None:
         self.image_dir, self.channels, self.transforms = Path(image_dir), channels, transforms
         path = Path(annotations)
         self.annotations_file = path
-        if not path.is_file():
-            raise FileNotFoundError(f"no COCO annotations at {path}; give the instances JSON (e.g. "
-                                    f"annotations/instances_train.json)")
-        try:
-            coco = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON ({error}); give a COCO instances file") from error
-        missing = [key for key in ("images", "annotations", "categories") if key not in coco]
-        if missing:
-            raise ValueError(f"{path} is not a COCO instances file: it has no {', '.join(missing)}")
+        report, coco = check_coco(self.image_dir, path, decode=skip_bad_images)
+        self.check_report = report
+        self.num_skipped = report.num_problems
+        self.coco = coco = keep_good(report, coco, skip_bad_images, skip_bad_annotations)
         categories = sorted(coco["categories"], key=lambda c: c["id"])
         self.label_to_category = [int(c["id"]) for c in categories]
         self.category_names = [str(c["name"]) for c in categories]
@@ -52,12 +56,8 @@ class CocoDetection(Dataset):
         self.images = sorted(coco["images"], key=lambda image: image["id"])
         self.annotations: dict[int, list[dict[str, Any]]] = {image["id"]: [] for image in self.images}
         for ann in coco["annotations"]:
-            if ann.get("iscrowd", 0) or ann["image_id"] not in self.annotations:
-                continue
-            if ann["category_id"] not in self.category_to_label:
-                raise ValueError(f"{path}: annotation {ann.get('id')} has category_id {ann['category_id']}, which "
-                                 f"is not among the categories {self.label_to_category}")
-            self.annotations[ann["image_id"]].append(ann)
+            if not ann.get("iscrowd", 0):
+                self.annotations[ann["image_id"]].append(ann)
 
     @property
     def num_classes(self) -> int:
@@ -76,10 +76,7 @@ class CocoDetection(Dataset):
         return len(self.images)
 
     def load_image(self, index: int) -> Image.Image:
-        path = self.image_dir / self.images[index]["file_name"]
-        if not path.is_file():
-            raise FileNotFoundError(f"image {path} of the annotations is missing; is the image folder right?")
-        return Image.open(path).convert("L" if self.channels == 1 else "RGB")
+        return read_image(self.image_dir / self.images[index]["file_name"], self.channels)
 
     def target(self, index: int, height: int, width: int) -> dict[str, Any]:
         """boxes: (N, 4) XYXY pixels clamped to the image, labels: (N,) contiguous, image_id, orig_size (H, W)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ import torchvision.transforms.v2.functional as TF
 from PIL import Image
 from torch.utils.data import Dataset
 
-from vitlab.data.channels import MODES, convert_pil
+from vitlab.data.channels import MODES
+from vitlab.data.images import BadImageError, read_image, warn_skipped
 from vitlab.data.split import split_dataset
 
 __all__ = ["IMAGE_EXTENSIONS", "BadImageError", "ImageFolderDataset", "load_image", "split_dataset"]
@@ -27,37 +27,14 @@ __all__ = ["IMAGE_EXTENSIONS", "BadImageError", "ImageFolderDataset", "load_imag
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 
-# What Pillow raises for files it cannot decode; the bomb warning is turned into an error in load_image.
-_PIL_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError, Image.DecompressionBombWarning)
-
-
-class BadImageError(ValueError):
-    """An image file could not be opened or decoded."""
-
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
-        self.path = Path(path)
-        super().__init__(
-            f"cannot read image {self.path}: {reason}. Expected a readable image file; delete or replace it, "
-            "or pass skip_bad_images=True to skip unreadable files."
-        )
-
-
 def load_image(path: str | os.PathLike[str], channels: int = 3) -> Image.Image:
-    """Open and fully decode an image, converted to ``L`` (channels=1) or ``RGB`` (channels=3).
+    """Open and fully decode an image, converted to ``L`` (channels=1) or ``RGB`` (channels=3): the one reader,
+    vitlab.data.images.read_image, with its defaults (EXIF orientation applied, at most 64 MP).
 
     Raises:
-        BadImageError: the file is missing, truncated, or not an image Pillow can decode.
+        BadImageError: the file is missing, truncated, too large, or not an image Pillow can decode.
     """
-    try:
-        with warnings.catch_warnings():
-            # A decompression-bomb size warning is raised as an error below instead of printed per epoch.
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as image:
-                image.load()  # Image.open is lazy: decode now so damaged data fails here, not inside a transform
-                return convert_pil(image, channels)
-    # Pillow reports bad data as OSError, UnidentifiedImageError (an OSError), SyntaxError, ValueError and more.
-    except _PIL_ERRORS as exc:
-        raise BadImageError(path, f"{type(exc).__name__}: {exc}") from exc
+    return read_image(path, channels)
 
 
 def _is_visible(name: str) -> bool:
@@ -140,6 +117,7 @@ class ImageFolderDataset(Dataset):
                 except BadImageError:
                     self.skipped_files.append(path)
             samples = good
+            warn_skipped(str(self.root), {"unreadable images": [str(p) for p in self.skipped_files]})
             if not samples:
                 raise ValueError(
                     f"{self.root}: none of the {len(self.skipped_files)} image files could be read; expected "

@@ -36,6 +36,7 @@ class GenerationImages:
     classes: list[str]
     pad: int = 0
     split: dict | None = None
+    num_skipped: int = 0  # unreadable images of a folder left out (skip_bad_images)
 
     def held_out(self, part: str = "test") -> tuple[torch.Tensor, torch.Tensor, str]:
         """(images, labels, part read) of "val" or "test"; "test" falls back to "val" where there is no test part."""
@@ -74,11 +75,12 @@ def pad_to(images: torch.Tensor, size: int) -> tuple[torch.Tensor, int]:
 
 def load_generation_images(data: str = "fashion-mnist", data_dir: str | os.PathLike[str] | None = None,
                            size: int = 32, channels: int | None = None, val_fraction: float | None = None,
-                           seed: int = 0, strict_counts: bool = True) -> GenerationImages:
+                           seed: int = 0, strict_counts: bool = True, skip_bad_images: bool = False
+                           ) -> GenerationImages:
     """Fashion-MNIST (train 55,000, val 5,000 of the training images, test 10,000), padded to `size`; or an image
     folder resized to `size`, split as `build_datasets` splits it (its val/ and test/ folders, else a seeded
     `val_fraction` of the training images for validation). `strict_counts=False` accepts a Fashion-MNIST copy with
-    fewer images."""
+    fewer images; `skip_bad_images` leaves a folder's unreadable images out (counted, warned) instead of stopping."""
     if data.lower() in FASHION_MNIST_NAMES:
         if channels not in (None, 1):
             raise ValueError(f"Fashion-MNIST is grayscale (1 channel); the model asks for {channels}")
@@ -98,12 +100,16 @@ def load_generation_images(data: str = "fashion-mnist", data_dir: str | os.PathL
                                 f"{data!r}, which is neither")
     channels = channels or 3
     bundle = build_datasets(data, val_fraction=val_fraction, img_size=size, channels=channels, seed=seed,
-                            augment=False, mean=(0.0,) * channels, std=(1.0,) * channels)
+                            augment=False, mean=(0.0,) * channels, std=(1.0,) * channels,
+                            skip_bad_images=skip_bad_images)
     train, train_labels = _in_memory(bundle.train, f"reading {data}")
     val, val_labels = _in_memory(bundle.val, "reading the validation images")
     test, test_labels = _in_memory(bundle.test, "reading the test images") if bundle.test is not None else (None, None)
+    parts = (bundle.train, bundle.val, bundle.test)
+    folders = {getattr(d, "dataset", d) for d in parts if d is not None}  # one folder, or train/ (val/) (test/)
     return GenerationImages(str(Path(data).resolve()), train, train_labels, val, val_labels, test, test_labels,
-                            list(bundle.classes), split=bundle.split)
+                            list(bundle.classes), split=bundle.split,
+                            num_skipped=sum(getattr(folder, "num_skipped", 0) for folder in folders))
 
 
 def _in_memory(dataset, description: str) -> tuple[torch.Tensor, torch.Tensor]:

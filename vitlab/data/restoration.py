@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .degradations import check_degradation, degrade, generator_for, scale_of
 from .folder import IMAGE_EXTENSIONS
+from .images import BadImageError, read_image, warn_skipped
 
 
 def to_tensor(image: Image.Image | np.ndarray) -> torch.Tensor:
@@ -47,15 +48,28 @@ def halve(image: torch.Tensor) -> torch.Tensor:
 
 
 def load_photos(paths: Sequence[str | Path], halve_first: bool = True) -> list[torch.Tensor]:
-    images = []
+    """Each file read by the one image reader (EXIF orientation applied, RGB) as (3, H, W) uint8, halved first if
+    asked. A file that cannot be read raises BadImageError, naming it."""
+    return read_photos(paths, halve_first)[1]
+
+
+def read_photos(paths: Sequence[str | Path], halve_first: bool = True, skip_bad_images: bool = False
+                ) -> tuple[list[Path], list[torch.Tensor]]:
+    """(the files read, their images) as `load_photos`; with `skip_bad_images` the unreadable files are left out
+    with a warning that counts them, instead of stopping."""
+    kept, images, bad = [], [], []
     for path in paths:
         try:
-            with Image.open(path) as file:
-                image = to_tensor(file)
-        except OSError as error:
-            raise ValueError(f"{path} is not an image PIL can read ({error})") from error
+            image = to_tensor(read_image(path, 3))
+        except BadImageError:
+            if not skip_bad_images:
+                raise
+            bad.append(str(path))
+            continue
+        kept.append(Path(path))
         images.append(halve(image) if halve_first else image)
-    return images
+    warn_skipped(f"{Path(paths[0]).parent if paths else 'photographs'}", {"unreadable images": bad})
+    return kept, images
 
 
 def image_files(folder: str | Path) -> list[Path]:

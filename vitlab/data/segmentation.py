@@ -12,8 +12,8 @@ Layouts, tried in this order (`find_segmentation_split`):
 - `images/` + `masks/` without split folders: every tenth pair (by sorted stem) is `val`, the rest `train`.
 Masks are single-channel PNGs (mode L, P or I): a palette PNG's pixel values are its class indices, as VOC's are,
 and 255 marks pixels to ignore (VOC's object borders). A `classes.txt` (one name per line) names the classes of
-any layout. A mask of another size than its image, or with a value ≥ the number of classes other than 255, is an
-error that names the file.
+any layout. A mask missing, of another size than its image, or with a value ≥ the number of classes other than
+255, is an error that names the file, found when the dataset is built (data/checks.py).
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
+from .checks import check_masks
 from .folder import IMAGE_EXTENSIONS, load_image
+from .images import BadImageError, open_image, warn_skipped
 
 IGNORE_INDEX = 255
 VOC_CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
@@ -50,14 +51,12 @@ def _stems(folder: Path, extensions: tuple[str, ...]) -> dict[str, Path]:
 
 
 def _paired(image_dir: Path, mask_dir: Path) -> list[Pair]:
+    """Each image with the mask of its stem; an image without one is paired with the path its mask should have,
+    for the dataset's check to report (with every other problem) or skip."""
     images, masks = _stems(image_dir, IMAGE_EXTENSIONS), _stems(mask_dir, (".png",))
-    unmatched = sorted(set(images) - set(masks))
-    if unmatched:
-        raise FileNotFoundError(f"{len(unmatched)} images in {image_dir} have no mask of the same stem in {mask_dir} "
-                                f"(first: {unmatched[0]}); every image needs its .png mask")
     if not images:
         raise FileNotFoundError(f"no images in {image_dir} (expected {', '.join(IMAGE_EXTENSIONS)} files)")
-    return [(images[stem], masks[stem]) for stem in sorted(images)]
+    return [(images[stem], masks.get(stem, mask_dir / f"{stem}.png")) for stem in sorted(images)]
 
 
 def _class_names(root: Path, split: str, default: tuple[str, ...] | None) -> list[str] | None:
@@ -98,10 +97,8 @@ def find_segmentation_split(root: str | Path, split: str) -> tuple[list[Pair], l
         pairs = []
         for stem in (line.strip() for line in voc_list.read_text().splitlines()):
             if stem:
-                image, mask = root / "JPEGImages" / f"{stem}.jpg", root / "SegmentationClass" / f"{stem}.png"
-                if not (image.is_file() and mask.is_file()):
-                    raise FileNotFoundError(f"{voc_list} lists {stem}, but {image} or {mask} is missing")
-                pairs.append((image, mask))
+                # a file missing is the dataset's check to report, with every other problem
+                pairs.append((root / "JPEGImages" / f"{stem}.jpg", root / "SegmentationClass" / f"{stem}.png"))
         return pairs, _class_names(root, split, VOC_CLASSES)
     if (root / "images").is_dir() and (root / "masks").is_dir() and split != "test" and not any(
             (root / "images" / name).is_dir() for name in ("train", "val", "test")):
@@ -118,8 +115,9 @@ def find_segmentation_split(root: str | Path, split: str) -> tuple[list[Pair], l
 
 
 def read_mask(path: Path) -> np.ndarray:
-    """A class-index mask file -> (H, W) int64. Palette PNGs give their indices, not their colours."""
-    with Image.open(path) as image:
+    """A class-index mask file -> (H, W) int64. Palette PNGs give their indices, not their colours. Opened by the
+    one image reader (a BadImageError names a missing, damaged or oversized file), but never converted."""
+    with open_image(path, hint="replace the mask") as image:
         if image.mode not in ("L", "P", "I", "I;16"):
             raise BadMaskError(f"{path} is a {image.mode} image; a mask must hold one class index per pixel "
                                f"(a single-channel or palette PNG), not colours")
@@ -127,10 +125,14 @@ def read_mask(path: Path) -> np.ndarray:
 
 
 def count_classes(pairs: list[Pair]) -> int:
-    """The number of classes the masks use: their largest value other than the ignore index, plus one."""
+    """The number of classes the masks use: their largest value other than the ignore index, plus one. Masks that
+    cannot be read are passed over here: the dataset's check reports them."""
     largest = 0
     for _, mask in pairs:
-        values = read_mask(mask)
+        try:
+            values = read_mask(mask)
+        except (BadImageError, BadMaskError):
+            continue
         values = values[values != IGNORE_INDEX]
         largest = max(largest, int(values.max()) if values.size else 0)
     return largest + 1
@@ -138,13 +140,34 @@ def count_classes(pairs: list[Pair]) -> int:
 
 class SegmentationDataset(Dataset):
     """(image, mask) pairs -> (image (C, H, W) float in [0, 1], mask (H, W) int64) after `transforms`, a
-    torchvision transforms v2 callable on (tv_tensors.Image, tv_tensors.Mask): the mask moves with the image."""
+    torchvision transforms v2 callable on (tv_tensors.Image, tv_tensors.Mask): the mask moves with the image.
+
+    Every pair is checked when the dataset is built (data/checks.py: a mask missing, unreadable, of another size
+    than its image, or with values beyond the classes; an image missing or unreadable): one DataCheckError lists
+    them all, unless `skip_bad_annotations` (bad masks) / `skip_bad_images` (bad images; every image is then
+    decoded now) leave those pairs out, counted in `num_skipped` and warned about. The length stays fixed."""
 
     def __init__(self, pairs: list[Pair], num_classes: int, channels: int = 3,
-                 transforms: Callable | None = None) -> None:
+                 transforms: Callable | None = None, skip_bad_images: bool = False,
+                 skip_bad_annotations: bool = False, check: bool = True) -> None:
         if num_classes < 1:
             raise ValueError(f"num_classes must be positive, got {num_classes}")
-        self.pairs, self.num_classes, self.channels, self.transforms = pairs, num_classes, channels, transforms
+        self.num_classes, self.channels, self.transforms = num_classes, channels, transforms
+        self.num_skipped = 0
+        if check:
+            where = f"{Path(pairs[0][0]).parent} with masks in {Path(pairs[0][1]).parent}" if pairs else "no pairs"
+            report = check_masks(pairs, num_classes, f"segmentation pairs ({where})", IGNORE_INDEX,
+                                 decode_images=skip_bad_images)
+            report.raise_unless_skipped(skip_bad_images, skip_bad_annotations)
+            if not report.ok:
+                dropped = report.dropped("pairs")
+                pairs = [pair for index, pair in enumerate(pairs) if index not in dropped]
+                self.num_skipped = len(dropped)
+                warn_skipped(report.title, report.warning_reasons())
+                if not pairs:
+                    raise ValueError(f"{report.title}: every pair was left out; fix the data (vitlab check-data "
+                                     f"lists the problems)")
+        self.pairs = pairs
 
     def __len__(self) -> int:
         return len(self.pairs)

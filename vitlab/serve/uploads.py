@@ -6,10 +6,11 @@ turns it into a 4xx answer and the page into an error box, and the server goes o
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
+
+from ..data.images import BadImageError, decode, open_image
 
 
 class BadInput(ValueError):
@@ -37,7 +38,8 @@ class ImageLimits:
 
 
 def read_image(data: bytes, field: str, limits: ImageLimits) -> Image.Image:
-    """An upload's bytes -> a decoded PIL image within the limits, in its own mode (the task converts it)."""
+    """An upload's bytes -> a decoded PIL image within the limits, in its own mode (the task converts it), its EXIF
+    orientation applied: vitlab.data.images' reader, with this server's limits and HTTP statuses."""
     if not data:
         raise BadInput(400, f"the upload `{field}` is empty: send an image file (PNG, JPEG, WebP, ...) in the "
                             f"multipart form field `{field}`")
@@ -45,20 +47,21 @@ def read_image(data: bytes, field: str, limits: ImageLimits) -> Image.Image:
         raise BadInput(413, f"the upload `{field}` is {len(data):,} bytes, above this server's limit of "
                             f"{limits.max_bytes:,}; send a smaller file (or start the server with a larger "
                             f"--max-upload-mb)")
-    try:
-        image = Image.open(io.BytesIO(data))
-    except Image.DecompressionBombError as error:
-        raise BadInput(413, f"the upload `{field}` declares a huge image ({error}); send a smaller one") from error
-    except (UnidentifiedImageError, OSError) as error:
+    name = f"the upload `{field}`"
+    try:  # the header only, through the one reader; the size is checked below, where the limits may downscale
+        image = open_image(data, name, limits.max_pixels, refuse_oversize=False)
+    except BadImageError as error:
+        if error.kind == "too large":  # Pillow's own refusal, before the header could be handed back
+            raise BadInput(413, f"the upload `{field}` declares a huge image ({error.reason}); send a smaller "
+                                f"one") from error
         raise BadInput(415, f"the upload `{field}` is not an image Pillow can read ({len(data):,} bytes starting "
                             f"{data[:8]!r}); send a PNG, JPEG, WebP, BMP, GIF or TIFF file") from error
     image = within_limits(image, field, limits)
     try:
-        image.load()
-    except (OSError, ValueError) as error:  # a truncated or damaged file: its header read, its pixels not
-        raise BadInput(415, f"the image `{field}` could not be decoded ({error}); send a complete image file") \
-            from error
-    return image
+        return decode(image, name)  # a truncated or damaged file: its header read, its pixels not
+    except BadImageError as error:
+        raise BadInput(415, f"the image `{field}` could not be decoded: it {error.reason}; send a complete image "
+                            f"file") from error
 
 
 def within_limits(image: Image.Image, field: str, limits: ImageLimits) -> Image.Image:

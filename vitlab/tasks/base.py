@@ -200,6 +200,12 @@ class Task:
         return {}
 
     @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        """`vitlab check-data`: every split of the folder `data` checked as a run checks it when it starts, and every
+        image decoded besides; nothing trained. One vitlab.data.checks.CheckReport per split."""
+        raise NotImplementedError(f"the {cls.name} task has no data check")
+
+    @classmethod
     def serves(cls) -> bool:
         """Whether the server can answer for a run of this task (its inference module has an `answer`)."""
         return cls.inference_module is not None and hasattr(cls._inference(), "answer")

@@ -60,12 +60,13 @@ def format_evaluation(result: dict[str, Any], which: str) -> str:
 def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], top_k: int = 3
                   ) -> list[dict[str, Any]]:
     """Top-k classes of each image file, preprocessed as the run's evaluation data was."""
-    from ...data.folder import load_image
+    from ...data.images import INPUT_HINT, read_image
     from ...data.transforms import build_eval_transform
 
     data = saved["data"]
     transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
-    images = torch.stack([transform(load_image(path, data["channels"])) for path in paths])  # (B, C, H, W)
+    pictures = [read_image(path, data["channels"], hint=INPUT_HINT) for path in paths]
+    images = torch.stack([transform(picture) for picture in pictures])  # (B, C, H, W)
     probs = model(images).softmax(-1)
     k = min(top_k, probs.shape[-1])
     values, indices = probs.topk(k, dim=-1)
@@ -85,12 +86,13 @@ def format_prediction(item: dict[str, Any]) -> str:
 # ---- the server ----------------------------------------------------------------------------------------------------
 def answer(task, model: nn.Module, saved: dict[str, Any], image: Path, folder: Path, context: dict[str, Any],
            top_k: int = 3, attention: bool = True) -> dict[str, Any]:
-    from ...data.folder import load_image
+    from ...data.images import INPUT_HINT, read_image
 
     item = predict_files(task, model, saved, [str(image)], top_k=top_k)[0]
     result: dict[str, Any] = {"top_k": item["top_k"]}
     if attention:
-        result["attention"] = attention_pictures(model, saved, load_image(str(image), saved["data"]["channels"]))
+        picture = read_image(str(image), saved["data"]["channels"], hint=INPUT_HINT)
+        result["attention"] = attention_pictures(model, saved, picture)
     return result
 
 

@@ -100,6 +100,12 @@ class ClassificationTask(Task):
             random_erasing=c.random_erasing, **kept,
         )
 
+    @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        from ...data.check_splits import check_image_folder
+
+        return check_image_folder(data)
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         self.bundle = self.datasets(saved=saved)
         return TaskData(*self.loaders(self.bundle))

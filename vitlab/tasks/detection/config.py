@@ -43,6 +43,10 @@ class DetectionConfig:
     eval_batch_size: int = option(32, "images per batch in evaluation")
     val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
                                       "the folder has no val split")
+    skip_bad_images: bool = option(False, "skip unreadable images and images missing on disk (counted) instead of "
+                                   "stopping")
+    skip_bad_annotations: bool = option(False, "skip bad annotations and image entries (counted) instead of "
+                                        "stopping")
 
     def __post_init__(self) -> None:
         check(self.backbone_lr >= 0, "backbone_lr", ">= 0 (0 freezes the backbone)", self.backbone_lr)

@@ -21,6 +21,7 @@ from ...data.coco import (
     image_transforms,
     pad_collate,
 )
+from ...data.images import INPUT_HINT, read_image
 from ...engine.loaders import EpochDataLoader
 from .coco_eval import format_table
 from .task import postprocessed
@@ -66,7 +67,7 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
-        pil = Image.open(path).convert("RGB")
+        pil = read_image(path, 3, hint=INPUT_HINT)  # checked, decoded, upright; BadImageError names the file
         pixels = TF.to_dtype(TF.to_image(pil), torch.float32, scale=True)  # (3, H, W) in [0, 1]
         image = transforms(pixels)
         outputs = model(image[None].to(device))

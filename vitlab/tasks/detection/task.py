@@ -7,8 +7,6 @@ targets: per image "boxes" (M, 4) XYXY pixels, "labels" (M,), "size" (H_i, W_i),
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -91,17 +89,18 @@ class DetectionTask(Task):
             raise OptionError("data", "is needed: give a COCO-format folder (`vitlab make-scenes --out DIR` makes "
                               "one from Fashion-MNIST)")
         norm = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+        skip = {"skip_bad_images": c.skip_bad_images, "skip_bad_annotations": c.skip_bad_annotations}
         plain = detection_transforms(False, c.max_size, **norm)
         train = CocoDetection(*find_split(c.data, "train"), channels=3,
-                              transforms=detection_transforms(train_transforms, c.max_size, c.hflip, **norm))
+                              transforms=detection_transforms(train_transforms, c.max_size, c.hflip, **norm), **skip)
         if has_split(c.data, "val"):
-            val = CocoDetection(*find_split(c.data, "val"), channels=3, transforms=plain)
+            val = CocoDetection(*find_split(c.data, "val"), channels=3, transforms=plain, **skip)
             self.split = {"val_from": "val"}
         else:
             kept, held = split_indices([0] * len(train), c.val_fraction, self.loop.seed)
             train, val = train.subset(kept), train.subset(held, transforms=plain)
             self.split = {"val_from": "train", "val_fraction": c.val_fraction, "seed": self.loop.seed}
-        test = CocoDetection(*find_split(c.data, "test"), channels=3, transforms=plain) \
+        test = CocoDetection(*find_split(c.data, "test"), channels=3, transforms=plain, **skip) \
             if has_split(c.data, "test") else None
         for name, part in (("val", val), ("test", test)):
             if part is not None and part.category_names != train.category_names:
@@ -109,6 +108,12 @@ class DetectionTask(Task):
                                  f"({train.category_names} vs {part.category_names}); they must share one list")
         self.split.update({"train": len(train), "val": len(val), "test": 0 if test is None else len(test)})
         return train, val, test
+
+    @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        from ...data.check_splits import check_coco_folder
+
+        return check_coco_folder(data)
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         self.train_set, self.val_set, self.test_set = self.datasets()
@@ -208,6 +213,6 @@ class DetectionTask(Task):
         """COCO box AP over the whole of `data` (validation or test): each process detects on its shard, every
         process scores all."""
         detections = [d for part in gather_objects(self.detect(model, data), self.dist) for d in part]
-        ground_truth = json.loads(Path(data.dataset.annotations_file).read_text())
+        ground_truth = data.dataset.coco  # as checked: the entries skipped in training are not scored either
         metrics = coco_metrics(ground_truth, detections, image_ids=[image["id"] for image in data.dataset.images])
         return {**metrics, "num_detections": len(detections)}

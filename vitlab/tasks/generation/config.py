@@ -34,6 +34,7 @@ class VQGANTaskConfig:
     disc_weight: float = option(0.8, "factor on the adaptive GAN weight λ (taming's default)")
     eval_images: int = option(2000, "test images scored at each evaluation during training (0: all; `vitlab eval` "
                               "scores all)")
+    skip_bad_images: bool = option(False, "a folder: skip unreadable images (counted) instead of stopping")
 
     def __post_init__(self) -> None:
         check(self.codebook_weight >= 0, "codebook_weight", ">= 0", self.codebook_weight)

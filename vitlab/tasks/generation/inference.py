@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ...atomic import atomic_write
-from ...data.folder import load_image
 from ...data.generation import crop_padding
+from ...data.images import INPUT_HINT, read_image
 from .metrics import from_uint8, generation_scores, load_classifier_features, reconstruction_scores, to_unit
 from .prior_task import balanced_labels, code_loss, encode_images, load_vqgan_run, sample_images, vqgan_images
 
@@ -119,7 +119,7 @@ def prepare_image(path: str, images_like: dict[str, Any]) -> torch.Tensor:
     """An image file -> (1, C, S, S) in [-1, 1], shaped as the run's data: resized to the data's own pixels
     (S − 2·pad), then padded as the data was."""
     channels, size, pad = images_like["channels"], images_like["img_size"], images_like.get("pad", 0)
-    picture = load_image(path, channels).resize((size - 2 * pad,) * 2, Image.Resampling.BICUBIC)
+    picture = read_image(path, channels, hint=INPUT_HINT).resize((size - 2 * pad,) * 2, Image.Resampling.BICUBIC)
     array = np.asarray(picture, dtype=np.uint8)
     x = torch.from_numpy(array.copy()).view(size - 2 * pad, size - 2 * pad, channels).permute(2, 0, 1)[None]
     x = F.pad(x, (pad,) * 4) if pad else x

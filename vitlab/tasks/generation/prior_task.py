@@ -48,7 +48,7 @@ def vqgan_images(saved: dict[str, Any], data_dir: str | None = None) -> Generati
     c, data = saved["config"], saved["data"]
     return load_generation_images(c["data"], data_dir or c.get("data_dir"), data["img_size"], data["channels"],
                                   c.get("val_fraction"), saved.get("loop", {}).get("seed", 0),
-                                  not c.get("allow_partial_data", False))
+                                  not c.get("allow_partial_data", False), c.get("skip_bad_images", False))
 
 
 @torch.no_grad()

@@ -77,11 +77,18 @@ class VQGANTask(Task):
     def image_size(self) -> int:
         return self.config.img_size or get_config(self.config.model).resolution
 
+    @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        from ...data.check_splits import check_image_folder
+
+        return check_image_folder(data)
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         c, loop = self.config, self.loop
         model_config = get_config(c.model)
         self.images = load_generation_images(c.data, c.data_dir, self.image_size(), model_config.in_chans,
-                                             c.val_fraction, loop.seed, not c.allow_partial_data)
+                                             c.val_fraction, loop.seed, not c.allow_partial_data,
+                                             skip_bad_images=c.skip_bad_images)
         half = (0.5,) * self.images.channels  # (x − 0.5) / 0.5: [0, 1] -> [-1, 1]
         train = TensorLoader(self.images.train, self.images.train_labels, loop.batch_size, half, half,
                              shuffle=True, drop_last=True, seed=loop.seed)

@@ -51,6 +51,7 @@ class RestorationConfig:
     eval_seed: int = option(0, "seed of the test degradations (the same seed gives the same noisy and rainy inputs)")
     overlap: int = option(12, "tiled inference: pixels that neighbouring tiles share")
     eval_batch_size: int = option(64, "tiled inference: tiles per forward pass")
+    skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping")
 
     def __post_init__(self) -> None:
         parse_degradations(self.degradations)

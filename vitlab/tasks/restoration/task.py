@@ -25,7 +25,7 @@ from torch import nn
 
 from ...data.degradations import baseline, scale_of
 from ...data.photos import packages, photo_paths
-from ...data.restoration import RestorationPairs, RestorationPatches, TaskBatchLoader, image_files, load_photos
+from ...data.restoration import RestorationPairs, RestorationPatches, TaskBatchLoader, image_files, read_photos
 from ...data.split import split_indices
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loop import TaskData
@@ -108,6 +108,13 @@ class RestorationTask(Task):
         config = get_config(self.config.model)
         return int(getattr(config, "patch_size", 48))
 
+    @classmethod
+    def check_data(cls, data: str, **options: Any) -> list[Any]:
+        from ...data.checks import check_image_files
+
+        parts = zip(("train", "val", "test"), find_photographs(data))
+        return [check_image_files(files, f"{split} images of {data}") for split, files in parts if files]
+
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         c, loop, dist = self.config, self.loop, self.dist
         if not c.data:
@@ -121,7 +128,10 @@ class RestorationTask(Task):
         else:
             self.split = {"val_from": "val"}
         need = self.patch_size() * max(scale_of(name) for name in self.tasks)
-        images = load_photos(train_files, halve_first=c.halve)
+        train_files, images = read_photos(train_files, c.halve, c.skip_bad_images)
+        val_files, val_images = read_photos(val_files, c.halve, c.skip_bad_images)
+        if test_files is not None:
+            test_files, test_images = read_photos(test_files, c.halve and not c.eval_data, c.skip_bad_images)
         kept = [(path, image) for path, image in zip(train_files, images) if min(image.shape[-2:]) >= need]
         if not kept:
             raise ValueError(f"no training image of {c.data} has both sides of at least {need} pixels (the patch "
@@ -136,11 +146,8 @@ class RestorationTask(Task):
         self.train_set = RestorationPatches([image for _, image in kept], self.tasks, self.patch_size(),
                                             c.patches_per_task, with_source=c.contrastive_weight > 0)
         train = TaskBatchLoader(self.train_set, loop.batch_size, loop.seed, dist.rank, dist.world_size, loop.workers)
-        val = self.test_sets(load_photos(val_files, halve_first=c.halve), [Path(p).stem for p in val_files])
-        test = None
-        if test_files is not None:
-            test_images = load_photos(test_files, halve_first=c.halve and not c.eval_data)
-            test = self.test_sets(test_images, [Path(p).stem for p in test_files])
+        val = self.test_sets(val_images, [Path(p).stem for p in val_files])
+        test = None if test_files is None else self.test_sets(test_images, [Path(p).stem for p in test_files])
         return TaskData(train=train, val=val, test=test)
 
     def test_sets(self, images: list[torch.Tensor], names: list[str]) -> dict[str, RestorationPairs]:

@@ -32,6 +32,9 @@ class SegmentationConfig:
     eval_batch_size: int = option(8, "windows per batch in evaluation")
     val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
                                       "the folder has no val split")
+    skip_bad_images: bool = option(False, "skip unreadable images and their masks (counted) instead of stopping")
+    skip_bad_annotations: bool = option(False, "skip bad masks (missing, of another size, values beyond the "
+                                        "classes) and their images (counted) instead of stopping")
 
     def __post_init__(self) -> None:
         check(self.num_classes is None or self.num_classes >= 2, "num_classes", "at least 2", self.num_classes)

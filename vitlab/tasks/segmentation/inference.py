@@ -18,7 +18,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from ...atomic import atomic_write
 from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
-from ...data.folder import load_image
+from ...data.images import INPUT_HINT, read_image
 from ...data.segmentation import (
     pad_collate_masks,
 )
@@ -92,7 +92,8 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
-        pixels = TF.to_dtype(TF.to_image(load_image(path, 3)), torch.float32, scale=True)  # (3, H, W) in [0, 1]
+        picture = read_image(path, 3, hint=INPUT_HINT)
+        pixels = TF.to_dtype(TF.to_image(picture), torch.float32, scale=True)  # (3, H, W) in [0, 1]
         image = TF.normalize(pixels, list(IMAGENET_MEAN), list(IMAGENET_STD))
         logits = sliding_window_logits(model, image[None].to(device), crop, stride, task.config.eval_batch_size)
         mask = logits.argmax(1)[0].cpu().numpy().astype(np.uint8)  # (H, W)

@@ -94,13 +94,20 @@ class SegmentationTask(Task):
         self.class_names = names or [f"class_{i}" for i in range(num_classes)]
         norm = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD}
         crop = self.crop_size()
+        skip = {"skip_bad_images": c.skip_bad_images, "skip_bad_annotations": c.skip_bad_annotations}
         train = SegmentationDataset(train_pairs, num_classes, transforms=segmentation_transforms(
-            train_transforms, crop, (c.scale_min, c.scale_max), c.hflip, **norm))
+            train_transforms, crop, (c.scale_min, c.scale_max), c.hflip, **norm), **skip)
         plain = segmentation_transforms(False, crop, **norm)
-        val = SegmentationDataset(val_pairs, num_classes, transforms=plain)
-        test = None if test_pairs is None else SegmentationDataset(test_pairs, num_classes, transforms=plain)
+        val = SegmentationDataset(val_pairs, num_classes, transforms=plain, **skip)
+        test = None if test_pairs is None else SegmentationDataset(test_pairs, num_classes, transforms=plain, **skip)
         self.split.update({"train": len(train), "val": len(val), "test": 0 if test is None else len(test)})
         return train, val, test
+
+    @classmethod
+    def check_data(cls, data: str, num_classes: int | None = None, **options: Any) -> list[Any]:
+        from ...data.check_splits import check_mask_folder
+
+        return check_mask_folder(data, num_classes)
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         self.train_set, self.val_set, self.test_set = self.datasets()
