@@ -49,7 +49,7 @@ def ensure_scenes(folder: Path, quick: bool) -> Path:
     from vitlab.data.scenes import SceneOptions, make_scenes
 
     if not (folder / "annotations" / "instances_val.json").is_file():
-        options = SceneOptions(train=32, val=8) if quick else SceneOptions()
+        options = SceneOptions(train=32, val=8, test=8) if quick else SceneOptions()
         make_scenes(folder, options, None, allow_partial_data=quick)
     return folder
 

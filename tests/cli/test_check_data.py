@@ -20,7 +20,7 @@ MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
 @pytest.fixture(scope="module")
 def scenes(tmp_path_factory):
     out = tmp_path_factory.mktemp("scenes") / "set"
-    assert main(["make-scenes", "--out", str(out), "--train", "8", "--val", "4", "--size", "64", "--scale", "16-32",
+    assert main(["make-scenes", "--out", str(out), "--train", "8", "--val", "4", "--test", "2", "--size", "64", "--scale", "16-32",
                  "--objects", "1-3", "--data-dir", str(MINI), "--allow-partial-data"]) == 0
     return out
 
@@ -52,7 +52,9 @@ def test_check_data_on_clean_scenes_exits_0(scenes, capsys):
     for task in ("detection", "segmentation"):
         assert main(["check-data", "--task", task, "--data", str(scenes)]) == 0
         out = capsys.readouterr().out
-        assert out.count("no problems found") == 3 and ("8 images" in out or "8 pairs" in out), out
+        # train, val and test, then the summary line
+        assert out.count("no problems found") == 4 and ("8 images" in out or "8 pairs" in out), out
+        assert "in 3 split(s)" in out
 
 
 def test_check_data_on_a_broken_copy_lists_every_problem_and_exits_2(copy, capsys):

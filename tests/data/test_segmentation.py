@@ -28,7 +28,7 @@ MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
 @pytest.fixture(scope="module")
 def scenes(tmp_path_factory):
     out = tmp_path_factory.mktemp("scenes") / "set"
-    make_scenes(out, SceneOptions(train=6, val=3, size=64), str(MINI), allow_partial_data=True)
+    make_scenes(out, SceneOptions(train=6, val=3, test=2, size=64), str(MINI), allow_partial_data=True)
     return out
 
 

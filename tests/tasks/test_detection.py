@@ -207,7 +207,7 @@ def test_evaluation_of_the_ground_truth_is_perfect(tmp_path):
     from vitlab.tasks.detection import DetectionConfig, DetectionTask
 
     mini = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
-    assert main(["make-scenes", "--out", str(tmp_path), "--train", "4", "--val", "6", "--size", "64", "--scale",
+    assert main(["make-scenes", "--out", str(tmp_path), "--train", "4", "--val", "6", "--test", "2", "--size", "64", "--scale",
                  "16-32", "--data-dir", str(mini), "--allow-partial-data"]) == 0
     task = DetectionTask(DetectionConfig(data=str(tmp_path), eval_batch_size=4), LoopConfig(batch_size=2))
     data = task.build_data()

@@ -168,6 +168,8 @@ def make_scenes(out: str | Path, options: SceneOptions | None = None, data_dir: 
     (out / "annotations").mkdir(parents=True, exist_ok=True)
     counts = {}
     for split, count in (("train", options.train), ("val", options.val), ("test", options.test)):
+        if count == 0 and split != "train":
+            continue  # no such split, rather than an empty one
         images, labels = load_fashion_mnist(SPLITS[split], data_dir, strict_counts=not allow_partial_data)
         origin = np.arange(len(images))[ITEMS[split]]
         coco = make_split(out, split, count, images.numpy()[origin], labels.numpy()[origin], options, origin)
