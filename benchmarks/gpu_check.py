@@ -60,8 +60,8 @@ def make_data(root: Path) -> None:
     from vitlab.cli.main import main
     from vitlab.data.photos import skimage_photos
 
-    assert main(["make-scenes", "--out", str(root / "scenes"), "--train", "32", "--val", "8", "--test", "8", "--size", "64",
-                 "--scale", "16-32", "--objects", "1-3", *DATA]) == 0
+    assert main(["make-scenes", "--out", str(root / "scenes"), "--train", "32", "--val", "8", "--test", "8",
+                 "--size", "64", "--scale", "16-32", "--objects", "1-3", *DATA]) == 0
     for i, (name, array) in enumerate(skimage_photos().items()):
         split = root / "photos" / ("test" if i >= 3 else "train")
         split.mkdir(parents=True, exist_ok=True)

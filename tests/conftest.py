@@ -168,8 +168,8 @@ def make_trained_runs(root: Path) -> None:
 
     assert main(["train", "--model", "vit_tiny_patch4_28", *DATA, "--epochs", "1", "--batch-size", "32",
                  "--out", str(root / "cls")]) == 0
-    assert main(["make-scenes", "--out", str(root / "scenes"), "--train", "16", "--val", "4", "--test", "4", "--size", "64",
-                 "--scale", "16-32", "--objects", "1-3", *DATA]) == 0
+    assert main(["make-scenes", "--out", str(root / "scenes"), "--train", "16", "--val", "4", "--test", "4",
+                 "--size", "64", "--scale", "16-32", "--objects", "1-3", *DATA]) == 0
     assert main(["train", "--task", "detection", "--data", str(root / "scenes"), "--out", str(root / "detr"),
                  "--epochs", "1", "--batch-size", "8", "--eval-batch-size", "4", "--num-queries", "8"]) == 0
     assert main(["train", "--task", "segmentation", "--model", "setr_mla_small", "--data", str(root / "scenes"),

@@ -5,6 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -28,3 +32,21 @@ def machine(device: str = "cpu") -> dict:
         with contextlib.suppress(ImportError):
             info[lib] = __import__(module).__version__
     return info
+
+
+def provenance(device: str = "cpu") -> dict:
+    """What a results file records beside its numbers: the command that made it, the commit it ran (with
+    "+changes" where the working tree differed), and the machine with its ISA (`cpu_capability`)."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+changes"
+    command = "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
+    return {"command": command, "commit": commit, "machine": machine(device)}

@@ -29,11 +29,13 @@ def run_dir(scenes, tmp_path_factory):
 
 @pytest.mark.slow
 def test_train_writes_coco_metrics_each_epoch(run_dir):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    *rows, test = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["epoch"] for row in rows] == [1, 2]
-    for key in ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_100", "train_loss_ce",
-                "train_loss_bbox", "train_loss_giou", "train_class_error", "train_cardinality_error"):
+    for key in ("val_map", "val_map_50", "val_map_75", "val_map_small", "val_map_medium", "val_map_large",
+                "val_mar_100", "train_loss_ce", "train_loss_bbox", "train_loss_giou", "train_class_error",
+                "train_cardinality_error"):
         assert key in rows[-1], key
+    assert {"test_map", "test_map_50"} <= set(test) and not any(k.startswith("test_") for r in rows for k in r)
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["task"] == "detection" and saved["model_config"]["num_queries"] == 8
     assert saved["data"]["classes"][:2] == ["T-shirt/top", "Trouser"]
@@ -48,7 +50,7 @@ def test_eval_prints_the_coco_table_and_json(run_dir, capsys):
     result = json.loads(capsys.readouterr().out)
     for key in ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_100"):
         assert 0.0 <= result[key] <= 1.0 or result[key] == -1.0
-    assert result["num_images"] == 4
+    assert result["num_images"] == 3 and result["split"] == "test"  # the 3 test scenes, not the 4 val ones
 
 
 @pytest.mark.slow
@@ -106,13 +108,13 @@ def test_torchrun_two_processes_evaluate_the_whole_val_split(scenes, tmp_path, m
     done = subprocess.run(torchrun("--task", "detection", "--data", str(scenes), "--out", str(out), "--threads", "1",
                                    *TINY), check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])  # the test, on the selected weights
     capsys.readouterr()
     assert main(["eval", str(out), "--json"]) == 0
     alone = json.loads(capsys.readouterr().out)
-    assert row["num_detections"] == alone["num_detections"] == 4 * 8  # every query of every val image, once
-    assert alone["map"] == pytest.approx(row["map"], abs=1e-9)
-    assert alone["mar_100"] == pytest.approx(row["mar_100"], abs=1e-9)
+    assert row["test_num_detections"] == alone["num_detections"] == 3 * 8  # every query of every test image, once
+    assert alone["map"] == pytest.approx(row["test_map"], abs=1e-9)
+    assert alone["mar_100"] == pytest.approx(row["test_mar_100"], abs=1e-9)
 
 
 @pytest.mark.slow

@@ -33,20 +33,22 @@ def runs(tmp_path_factory):
 
 @pytest.mark.slow
 def test_train_both_stages_then_eval(runs, capsys):
-    vq_rows = RunDir(runs / "vqgan").read_metrics()
-    logged = {"psnr", "ssim", "usage", "perplexity", "train_loss_g", "train_loss_d", "train_gan_weight"}
-    assert logged <= set(vq_rows[-1])
-    assert vq_rows[-1]["train_loss_d"] > 0  # the discriminator started at step 6 of 12
-    prior_rows = RunDir(runs / "prior").read_metrics()
-    assert {"test_loss", "fid", "fid_floor", "class_acc"} <= set(prior_rows[-1])
+    *vq_rows, vq_test = RunDir(runs / "vqgan").read_metrics()
+    logged = {"val_psnr", "val_ssim", "val_usage", "val_perplexity", "train_loss_g", "train_loss_d", "train_gan_weight"}
+    assert logged <= set(vq_rows[-1]) and {"test_psnr", "test_ssim"} <= set(vq_test)
+    assert vq_rows[-1]["train_loss_d"] > 0  # the discriminator started at step 6 of 11
+    *prior_rows, prior_test = RunDir(runs / "prior").read_metrics()
+    assert {"val_loss", "val_fid", "val_fid_floor", "val_class_acc"} <= set(prior_rows[-1])
+    assert {"test_loss", "test_fid", "test_fid_floor", "test_class_acc"} <= set(prior_test)
     capsys.readouterr()
     assert main(["eval", str(runs / "vqgan"), "--json"]) == 0
     vq = json.loads(capsys.readouterr().out)
-    assert {"psnr", "ssim", "usage", "perplexity"} <= set(vq) and vq["num_test"] == 100
-    assert vq["psnr"] == pytest.approx(vq_rows[-1]["psnr"], rel=1e-5)  # the same 100 test images and weights
+    assert {"psnr", "ssim", "usage", "perplexity"} <= set(vq) and vq["num_images"] == 100 and vq["split"] == "test"
+    assert vq["psnr"] == pytest.approx(vq_test["test_psnr"], rel=1e-5)  # the same 100 test images and weights
     assert main(["eval", str(runs / "prior"), "--json", "--samples", "30"]) == 0
     prior = json.loads(capsys.readouterr().out)
-    assert {"psnr", "ssim", "usage", "perplexity", "fid", "class_acc", "fid_floor", "test_loss"} <= set(prior)
+    assert {"psnr", "ssim", "usage", "perplexity", "fid", "class_acc", "fid_floor", "code_loss"} <= set(prior)
+    assert prior["code_loss"] == pytest.approx(prior_test["test_loss"], rel=1e-5)
     assert prior["samples"] == 30 and 0 <= prior["class_acc"] <= 1 and prior["fid"] > 0
     assert prior["psnr"] == pytest.approx(vq["psnr"], rel=1e-5)  # the prior's VQGAN is that run's best
 

@@ -1,5 +1,5 @@
 """`vitlab train --task restoration`, `vitlab eval` and `vitlab restore` on scikit-image's photographs (three to
-train on, two held out), through main([...])."""
+train on, of which one validates, two to test), through main([...])."""
 
 import json
 from pathlib import Path
@@ -38,12 +38,17 @@ def run_dir(photos, tmp_path_factory):
 @pytest.mark.slow
 def test_train_then_eval_reports_each_degradation(run_dir, capsys):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    last = rows[-1]
-    assert last["step"] == 4 and {"sr2_psnr_y", "sr2_ssim_y", "sr2_psnr_rgb", "denoise30_psnr_y"} <= set(last)
-    assert last["psnr_y"] == pytest.approx((last["sr2_psnr_y"] + last["denoise30_psnr_y"]) / 2)
+    last, test = rows[-2:]
+    assert last["step"] == 4 and {"val_sr2_psnr_y", "val_sr2_ssim_y", "val_sr2_psnr_rgb",
+                                  "val_denoise30_psnr_y"} <= set(last)
+    assert last["val_psnr_y"] == pytest.approx((last["val_sr2_psnr_y"] + last["val_denoise30_psnr_y"]) / 2)
+    assert test["step"] == 4 and {"test_sr2_psnr_y", "test_denoise30_psnr_y"} <= set(test)
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["task"] == "restoration" and saved["data"]["degradations"] == ["sr2", "denoise30"]
     assert [Path(p).name for p in saved["data"]["test"]] == ["motorcycle.png", "rocket.png"]
+    # one whole photograph of the three held out of training to validate
+    assert len(saved["data"]["val"]) == 1 and len(saved["data"]["train"]) == 2
+    assert not set(saved["data"]["val"]) & set(saved["data"]["train"])
 
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--json"]) == 0
@@ -51,7 +56,7 @@ def test_train_then_eval_reports_each_degradation(run_dir, capsys):
     assert list(result["degradations"]) == ["sr2", "denoise30"] and result["num_images"] == 2
     for name, scores in result["degradations"].items():
         assert {"psnr_y", "ssim_y", "psnr_rgb", "input_psnr_y"} <= set(scores)
-        assert scores["psnr_y"] == pytest.approx(last[f"{name}_psnr_y"])  # the same images, seed and weights
+        assert scores["psnr_y"] == pytest.approx(test[f"test_{name}_psnr_y"])  # the same images, seed and weights
     assert main(["eval", str(run_dir), "--degradation", "denoise30"]) == 0
     text = capsys.readouterr().out
     assert "denoise30" in text and "sr2 " not in text and "PSNR-Y" in text
@@ -129,9 +134,9 @@ def test_torchrun_two_processes_train_different_tasks_in_one_step(photos, tmp_pa
                                    "--steps", "2", "--batch-size", "2", "--patches-per-task", "4",
                                    "--eval-crop", "48"), check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])  # the test, on the selected weights
     capsys.readouterr()
     assert main(["eval", str(out), "--json"]) == 0
     alone = json.loads(capsys.readouterr().out)["degradations"]
     for name in ("sr2", "denoise30"):
-        assert alone[name]["psnr_y"] == pytest.approx(row[f"{name}_psnr_y"], abs=1e-6)
+        assert alone[name]["psnr_y"] == pytest.approx(row[f"test_{name}_psnr_y"], abs=1e-6)

@@ -30,9 +30,10 @@ def run_dir(scenes, tmp_path_factory):
 
 @pytest.mark.slow
 def test_train_eval_and_predict(run_dir, scenes, tmp_path, capsys):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    *rows, test = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["epoch"] for row in rows] == [1, 2]
-    assert 0 <= rows[-1]["miou"] <= 1 and 0 <= rows[-1]["pixel_acc"] <= 1 and "train_loss_aux" in rows[-1]
+    assert 0 <= rows[-1]["val_miou"] <= 1 and 0 <= rows[-1]["val_pixel_acc"] <= 1 and "train_loss_aux" in rows[-1]
+    assert 0 <= test["test_miou"] <= 1 and test["selected_by"] == "val_miou"
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["task"] == "segmentation" and saved["loop"]["optimizer"] == "sgd"
     assert saved["data"]["classes"][:2] == ["background", "T-shirt/top"]
@@ -40,9 +41,12 @@ def test_train_eval_and_predict(run_dir, scenes, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) >= {"miou", "pixel_acc", "iou_per_class"} and result["num_images"] == 3
-    assert list(result["iou_per_class"]) == saved["data"]["classes"]
-    assert result["miou"] == pytest.approx(rows[-1]["miou"])  # the same val split, the same last weights
+    assert set(result) >= {"miou", "pixel_acc", "iou_per_class"} and result["num_images"] == 2
+    assert list(result["iou_per_class"]) == saved["data"]["classes"] and result["split"] == "test"
+    assert result["miou"] == pytest.approx(test["test_miou"])  # the same test split, the same selected weights
+    assert main(["eval", str(run_dir), "--json", "--split", "val", "--weights", "last"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["num_images"] == 3 and result["miou"] == pytest.approx(rows[-1]["val_miou"])
     assert main(["eval", str(run_dir)]) == 0
     assert "mIoU" in capsys.readouterr().out
 

@@ -143,11 +143,12 @@ def test_train_on_an_image_folder(tmp_path, capsys):
     info = json.loads((out / "config.json").read_text())
     assert info["data"]["classes"] == ["bottom", "top"] and info["data"]["channels"] == 3
     capsys.readouterr()
-    assert main(["eval", str(out), "--json", "--no-plot"]) == 0
+    assert main(["eval", str(out), "--json", "--no-plot", "--weights", "last"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["num_images"] == 6 and result["classes"] == ["bottom", "top"]
+    assert result["split"] == "val"  # a flat folder has no test part: eval says it scored the validation images
     last = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][-1]
-    assert result["accuracy"] == pytest.approx(last["test_acc"])  # same held-out images, same preprocessing
+    assert result["accuracy"] == pytest.approx(last["val_acc"])  # same held-out images, same preprocessing
     assert main(["predict", str(out), str(folder / "top" / "1.png"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["top_k"][0]["class"] in ("bottom", "top")
 

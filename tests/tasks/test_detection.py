@@ -207,9 +207,31 @@ def test_evaluation_of_the_ground_truth_is_perfect(tmp_path):
     from vitlab.tasks.detection import DetectionConfig, DetectionTask
 
     mini = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
-    assert main(["make-scenes", "--out", str(tmp_path), "--train", "4", "--val", "6", "--test", "2", "--size", "64", "--scale",
-                 "16-32", "--data-dir", str(mini), "--allow-partial-data"]) == 0
+    assert main(["make-scenes", "--out", str(tmp_path), "--train", "4", "--val", "6", "--test", "2", "--size", "64",
+                 "--scale", "16-32", "--data-dir", str(mini), "--allow-partial-data"]) == 0
     task = DetectionTask(DetectionConfig(data=str(tmp_path), eval_batch_size=4), LoopConfig(batch_size=2))
     data = task.build_data()
-    metrics = task.evaluate(Oracle(data.eval, task.train_set.num_classes), data.eval)
+    for part in (data.val, data.test):
+        metrics = task.evaluate(Oracle(part, task.train_set.num_classes), part)
+        assert metrics["map"] == pytest.approx(1.0) and metrics["mar_100"] == pytest.approx(1.0)
+
+
+def test_without_a_val_split_validation_images_are_held_out_of_training(tmp_path):
+    """A COCO folder with train and test only: a seeded share of the training images validates (scored against the
+    training annotations, restricted to those images), the rest trains, and test/ is the test part."""
+    from vitlab.cli.main import main
+    from vitlab.engine.config import LoopConfig
+    from vitlab.tasks.detection import DetectionConfig, DetectionTask
+
+    mini = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
+    assert main(["make-scenes", "--out", str(tmp_path), "--train", "10", "--val", "0", "--test", "2", "--size", "64",
+                 "--scale", "16-32", "--data-dir", str(mini), "--allow-partial-data"]) == 0
+    task = DetectionTask(DetectionConfig(data=str(tmp_path), eval_batch_size=4, val_fraction=0.3),
+                         LoopConfig(batch_size=2))
+    data = task.build_data()
+    train_ids = {image["id"] for image in task.train_set.images}
+    val_ids = {image["id"] for image in task.val_set.images}
+    assert (len(train_ids), len(val_ids), len(task.test_set)) == (7, 3, 2) and not train_ids & val_ids
+    assert task.split["val_from"] == "train" and task.run_info()["data"]["split"]["seed"] == 0
+    metrics = task.evaluate(Oracle(data.val, task.train_set.num_classes), data.val)
     assert metrics["map"] == pytest.approx(1.0) and metrics["mar_100"] == pytest.approx(1.0)

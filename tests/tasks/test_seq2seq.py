@@ -80,10 +80,11 @@ def tiny(out, **kw):
 
 def test_tiny_run_writes_its_folder_and_resumes_exactly(tmp_path):
     whole = train_seq2seq(tiny(tmp_path / "whole"))
-    assert whole["step"] == 20 and 0.0 <= whole["test_exact_acc"] <= 1.0
+    assert whole["step"] == 20 and 0.0 <= whole["test_exact_acc"] <= 1.0 and 0.0 <= whole["val_exact_acc"] <= 1.0
     run = tmp_path / "whole"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [10, 20]
+    assert [row["step"] for row in rows] == [10, 20, 20]  # two validations, then the test, once
+    assert "val_exact_acc" in rows[0] and "test_exact_acc" in rows[-1] and "test_exact_acc" not in rows[1]
     config = json.loads((run / "config.json").read_text())
     assert config["model_config"]["family"] == "seq2seq" and config["problem"]["name"] == "copy"
     assert not list(run.glob(".*.tmp"))  # atomic writes leave no temporary files behind
@@ -130,8 +131,8 @@ def test_default_reverse_recipe_reaches_99_percent_and_translates(tmp_path):
         assert main(["translate", str(tmp_path / "reverse"), "2 7 1 8 2 8 1 8 2", "--beam-size", "4"]) == 0
     assert out.getvalue().strip().splitlines()[-1] == "2 8 1 8 2 8 1 7 2"
 
-    # The per-length record against the same model run one source at a time and the task's own answer.
-    model, task = load_seq2seq_run(tmp_path / "reverse")
+    # The per-length test record against the selected model run one source at a time and the task's own answer.
+    model, task = load_seq2seq_run(tmp_path / "reverse", "best")
     options = Seq2SeqConfig()
     right: dict[str, list[bool]] = {}
     for source, _ in make_test_set(task, options.test_size, options.test_split, 0):

@@ -46,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
                            scale=args.scale, seed=args.seed)
     counts = make_scenes(args.out, options, args.data_dir, args.allow_partial_data)
     print(f"scenes in {args.out}: " + ", ".join(f"{counts[split]} {split} ({counts[f'{split}_objects']} items)"
-                                                 for split in ("train", "val", "test")))
+                                                 for split in ("train", "val", "test") if split in counts))
     return 0
