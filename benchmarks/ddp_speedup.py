@@ -46,9 +46,9 @@ def run(nproc: int, epochs: int, model: str, batch: int, cores: int) -> dict:
     wall = time.perf_counter() - start
     rows = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     return {"processes": nproc, "per_process_batch": batch // nproc, "threads_per_process": max(1, cores // nproc),
-            "train_time_s": round(sum(r["train_time_s"] for r in rows), 1),
-            "images_per_s": round(rows[-1]["train_images_per_s"], 1), "wall_s": round(wall, 1),
-            "test_acc": rows[-1]["test_acc"]}
+            "train_time_s": round(sum(r.get("train_time_s", 0.0) for r in rows), 1),
+            "images_per_s": round(rows[-2]["train_images_per_s"], 1), "wall_s": round(wall, 1),
+            "val_acc": rows[-2]["val_acc"], "test_acc": rows[-1]["test_acc"]}
 
 
 def main() -> None:

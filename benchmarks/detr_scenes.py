@@ -64,13 +64,16 @@ def run_detr(data: Path, epochs: int, options: dict, run_dir: str | None, alread
     with tempfile.TemporaryDirectory() as root:
         run = Path(run_dir) if run_dir else Path(root) / "detr"
         train("detection", out=str(run), overwrite=True, data=str(data), model=model, epochs=epochs, **options)
-        rows = read_metrics(run)
+        *rows, test = read_metrics(run)
     curve, spent = [], already_spent_s
-    for row in rows:
+    for row in rows:  # validation figures: the val scenes select; the test scenes are scored once, in `test`
         spent += row["train_time_s"]
-        curve.append({"train_min": spent / 60, "epoch": row["epoch"], "map": row["map"], "map_50": row["map_50"],
-                      "map_75": row["map_75"], "mar_100": row["mar_100"], "loss": row["train_loss"]})
+        curve.append({"train_min": spent / 60, "epoch": row["epoch"], "map": row["val_map"],
+                      "map_50": row["val_map_50"], "map_75": row["val_map_75"], "mar_100": row["val_mar_100"],
+                      "loss": row["train_loss"]})
     return {"model": model, "options": {"epochs": epochs, **options}, "curve": curve,
+            "test": {key[5:]: value for key, value in test.items() if key.startswith("test_")},
+            "selected_epoch": test.get("selected_epoch"),
             "images_per_s": sum(r["train_images_per_s"] for r in rows) / len(rows)}
 
 
@@ -94,7 +97,7 @@ def run_detr_pretrained(data: Path, epochs: int, options: dict, run_dir: str | N
     result["model"] = "detr_small, backbone pretrained"
     result["pretraining"] = {"model": "resnet18_tv_28", "data": "Fashion-MNIST train",
                              "epochs": pretrain_epochs, "train_min": pretrain_s / 60,
-                             "test_acc": rows[-1].get("test_acc")}
+                             "test_acc": rows[-1].get("test_acc"), "val_acc": rows[-2].get("val_acc")}
     return result
 
 

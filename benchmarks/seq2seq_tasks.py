@@ -37,13 +37,13 @@ def run_task(task: str, steps: int | None, root: Path) -> dict:
     config = Seq2SeqConfig(problem=task)
     loop = loop_config(Seq2SeqTask, config, {"steps": steps} if steps else {})
     train("seq2seq", out=str(root / task), problem=task, **({"steps": steps} if steps else {}))
-    rows = read_metrics(root / task)
+    *rows, test = read_metrics(root / task)
     resolved = config.sequence_task()
     return {"task": task, "lengths": [resolved.min_len, resolved.max_len], "num_symbols": resolved.num_symbols,
             "options": {**dataclasses.asdict(config), **dataclasses.asdict(loop)}, "curve": rows,
-            "final_exact_acc": rows[-1]["test_exact_acc"],
-            "steps": rows[-1]["step"], "elapsed_s": rows[-1]["elapsed_s"],
-            "final_exact_acc_by_len": rows[-1]["test_exact_acc_by_len"]}
+            "selected_step": test["selected_step"], "test_exact_acc": test["test_exact_acc"],
+            "steps": test["step"], "elapsed_s": test["elapsed_s"],
+            "test_exact_acc_by_len": test["test_exact_acc_by_len"]}
 
 
 def markdown(results: list[dict]) -> str:
@@ -51,7 +51,7 @@ def markdown(results: list[dict]) -> str:
     lines = ["| task | source lengths | " + " | ".join(f"step {s}" for s in steps) + " | time (train + eval) |",
              "| --- | --- |" + " --- |" * len(steps) + " --- |"]
     for r in results:
-        accs = {row["step"]: f"{100 * row['test_exact_acc']:.1f}" for row in r["curve"]}
+        accs = {row["step"]: f"{100 * row['val_exact_acc']:.1f}" for row in r["curve"]}
         low, high = r["lengths"]
         lengths = f"{low}–{high} digits + {low}–{high} digits" if r["task"] == "add" else f"{low}–{high}"
         lines.append(f"| {r['task']} | {lengths} | " + " | ".join(accs.get(s, "") for s in steps)
@@ -60,11 +60,11 @@ def markdown(results: list[dict]) -> str:
 
 
 def markdown_by_length(results: list[dict]) -> str:
-    """The last evaluation's accuracy per source length (for add: both operands and the "+")."""
-    lengths = sorted({int(n) for r in results for n in r["final_exact_acc_by_len"]})
+    """The test accuracy per source length of the selected checkpoint (for add: both operands and the "+")."""
+    lengths = sorted({int(n) for r in results for n in r["test_exact_acc_by_len"]})
     lines = ["| task | " + " | ".join(f"length {n}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
     for r in results:
-        by_len = r["final_exact_acc_by_len"]
+        by_len = r["test_exact_acc_by_len"]
         lines.append(f"| {r['task']} | " + " | ".join(f"{100 * by_len[str(n)]:.0f}" if str(n) in by_len else ""
                                                        for n in lengths) + " |")
     return "\n".join(lines)
@@ -78,7 +78,7 @@ def plot(results: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
-        ax.plot([row["step"] for row in r["curve"]], [100 * row["test_exact_acc"] for row in r["curve"]],
+        ax.plot([row["step"] for row in r["curve"]], [100 * row["val_exact_acc"] for row in r["curve"]],
                 marker="o", label=r["task"])
     ax.set_xlabel("optimizer step (batch 64)")
     ax.set_ylabel("held-out exact-sequence accuracy (%)")

@@ -52,13 +52,15 @@ def run_setr(data: Path, model: str, epochs: int, options: dict, keep_runs: Path
     with tempfile.TemporaryDirectory() as root:
         run = (keep_runs or Path(root)) / model
         train("segmentation", out=str(run), overwrite=True, data=str(data), model=model, epochs=epochs, **options)
-        rows = read_metrics(run)
+        *rows, test = read_metrics(run)
     curve, spent = [], 0.0
-    for row in rows:
+    for row in rows:  # validation figures: the val scenes select; the test scenes are scored once, in `test`
         spent += row["train_time_s"]
-        curve.append({"train_min": spent / 60, "epoch": row["epoch"], "miou": row["miou"],
-                      "pixel_acc": row["pixel_acc"], "loss": row["train_loss"]})
+        curve.append({"train_min": spent / 60, "epoch": row["epoch"], "miou": row["val_miou"],
+                      "pixel_acc": row["val_pixel_acc"], "loss": row["train_loss"]})
     return {"model": model, "options": {"epochs": epochs, **options}, "curve": curve,
+            "test": {key[5:]: value for key, value in test.items() if key.startswith("test_")},
+            "selected_epoch": test.get("selected_epoch"),
             "images_per_s": sum(r["train_images_per_s"] for r in rows) / len(rows)}
 
 

@@ -38,9 +38,11 @@ BARS = {"psnr": 24.0, "usage": 0.5, "class_acc": 0.7}
 
 
 def curves(run: Path) -> list[dict]:
+    """The validation rows of a run, their keys without the `val_` prefix (the test row, scored once, left out)."""
     from vitlab.engine.run import read_metrics
 
-    return read_metrics(run)
+    return [{key.removeprefix("val_"): value for key, value in row.items()} for row in read_metrics(run)
+            if not any(key.startswith("test_") for key in row)]
 
 
 def plot(vqgan_rows: list[dict], prior_rows: list[dict], path: Path) -> None:
@@ -53,7 +55,7 @@ def plot(vqgan_rows: list[dict], prior_rows: list[dict], path: Path) -> None:
     minutes = [r["elapsed_s"] / 60 for r in vqgan_rows]
     axes[0].plot(minutes, [r["psnr"] for r in vqgan_rows], marker="o")
     axes[0].axhline(BARS["psnr"], ls="--", c="grey")
-    axes[0].set(title="stage 1: test PSNR (dB)", xlabel="training minutes")
+    axes[0].set(title="stage 1: validation PSNR (dB)", xlabel="training minutes")
     axes[1].plot(minutes, [100 * r["usage"] for r in vqgan_rows], marker="o")
     axes[1].axhline(100 * BARS["usage"], ls="--", c="grey")
     axes[1].set(title="stage 1: codebook usage (%)", xlabel="training minutes")
@@ -61,7 +63,7 @@ def plot(vqgan_rows: list[dict], prior_rows: list[dict], path: Path) -> None:
         prior_minutes = [r["elapsed_s"] / 60 for r in prior_rows]
         axes[2].plot(prior_minutes, [100 * r["class_acc"] for r in prior_rows], marker="o", label="class accuracy %")
         axes[2].plot(prior_minutes, [r["fid"] for r in prior_rows], marker="s", label="FID")
-        axes[2].plot(prior_minutes, [r["fid_floor"] for r in prior_rows], ls=":", label="FID floor (train vs test)")
+        axes[2].plot(prior_minutes, [r["fid_floor"] for r in prior_rows], ls=":", label="FID floor (train vs val)")
         axes[2].axhline(100 * BARS["class_acc"], ls="--", c="grey")
         axes[2].legend(fontsize=8)
     axes[2].set(title="stage 2: samples", xlabel="training minutes")
@@ -150,13 +152,13 @@ def main(argv: list[str] | None = None) -> dict:
             f"{'met' if bars['class_acc']['met'] else 'missed'} |",
             f"| FID of {final['samples']} samples (classifier features) | {final['fid']:.2f} | | |",
             f"| FID floor: {final['samples']} training images | {final['fid_floor']:.2f} | | |",
-            f"| prior test cross-entropy (nats per code) | {final['test_loss']:.3f} | | |"]
+            f"| prior test cross-entropy (nats per code) | {final['code_loss']:.3f} | | |"]
     table = "\n".join([
         "# VQGAN on Fashion-MNIST" + (" (quick smoke run, not a result)" if args.quick else ""), "",
         f"vqgan_small, {args.vqgan_epochs} epochs in {vqgan_minutes:.1f} min (GAN term from step {args.disc_start}, "
         f"disc_weight {args.disc_weight}); "
-        f"gpt_prior_small, {args.prior_epochs} epochs in {prior_minutes:.1f} min; scored on the {final['num_test']} "
-        f"test images; classifier {args.classifier}.", "",
+        f"gpt_prior_small, {args.prior_epochs} epochs in {prior_minutes:.1f} min; scored on the {final['num_images']} "
+        f"{final['split']} images; classifier {args.classifier}.", "",
         "| metric | value | bar | |", "| --- | --- | --- | --- |", *rows, ""])
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)

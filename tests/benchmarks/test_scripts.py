@@ -78,8 +78,8 @@ def _tiny_scenes(tmp_path):
 
     mini = ROOT / "tests" / "fixtures" / "fashion-mnist-mini"
     data = tmp_path / "scenes"
-    assert main(["make-scenes", "--out", str(data), "--train", "16", "--val", "4", "--test", "4", "--size", "64", "--data-dir",
-                 str(mini), "--allow-partial-data"]) == 0
+    assert main(["make-scenes", "--out", str(data), "--train", "16", "--val", "4", "--test", "4", "--size", "64",
+                 "--data-dir", str(mini), "--allow-partial-data"]) == 0
     return data
 
 

@@ -20,8 +20,8 @@ MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
 @pytest.fixture(scope="module")
 def scenes(tmp_path_factory):
     out = tmp_path_factory.mktemp("scenes") / "set"
-    assert main(["make-scenes", "--out", str(out), "--train", "8", "--val", "4", "--test", "2", "--size", "64", "--scale", "16-32",
-                 "--objects", "1-3", "--data-dir", str(MINI), "--allow-partial-data"]) == 0
+    assert main(["make-scenes", "--out", str(out), "--train", "8", "--val", "4", "--test", "2", "--size", "64",
+                 "--scale", "16-32", "--objects", "1-3", "--data-dir", str(MINI), "--allow-partial-data"]) == 0
     return out
 
 

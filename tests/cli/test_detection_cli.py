@@ -15,8 +15,8 @@ TINY = ["--epochs", "2", "--batch-size", "8", "--eval-batch-size", "4", "--num-q
 @pytest.fixture(scope="module")
 def scenes(tmp_path_factory):
     out = tmp_path_factory.mktemp("scenes") / "set"
-    assert main(["make-scenes", "--out", str(out), "--train", "16", "--val", "4", "--test", "3", "--size", "64", "--scale", "16-32",
-                 "--objects", "1-3", "--data-dir", str(MINI), "--allow-partial-data"]) == 0
+    assert main(["make-scenes", "--out", str(out), "--train", "16", "--val", "4", "--test", "3", "--size", "64",
+                 "--scale", "16-32", "--objects", "1-3", "--data-dir", str(MINI), "--allow-partial-data"]) == 0
     return out
 
 

@@ -18,7 +18,8 @@ MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
 
 
 def make(out, **options):
-    return make_scenes(out, SceneOptions(**{"train": 12, "val": 6, "test": 4, **options}), str(MINI), allow_partial_data=True)
+    return make_scenes(out, SceneOptions(**{"train": 12, "val": 6, "test": 4, **options}), str(MINI),
+                       allow_partial_data=True)
 
 
 def digests(root: Path) -> dict[str, str]:
@@ -107,8 +108,8 @@ def test_rle_round_trip_by_hand():
 
 
 def test_the_command_and_its_errors(tmp_path, capsys):
-    argv = ["make-scenes", "--out", str(tmp_path / "s"), "--train", "3", "--val", "2", "--test", "2", "--objects", "2-3",
-            "--data-dir", str(MINI), "--allow-partial-data"]
+    argv = ["make-scenes", "--out", str(tmp_path / "s"), "--train", "3", "--val", "2", "--test", "2",
+            "--objects", "2-3", "--data-dir", str(MINI), "--allow-partial-data"]
     assert main(argv) == 0
     assert "3 train" in capsys.readouterr().out
     counts = [len(json.loads((tmp_path / "s" / "annotations" / f"instances_{s}.json").read_text())["annotations"])
