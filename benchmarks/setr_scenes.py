@@ -76,7 +76,7 @@ def run_lraspp(data: Path, budget_min: float, eval_every_min: float, batch_size:
     from vitlab.tasks.segmentation.task import pixel_cross_entropy
 
     task = SegmentationTask(SegmentationConfig(data=str(data), model="setr_pup_small", eval_batch_size=8))
-    train_set, val_set = task.datasets()
+    train_set, val_set, _ = task.datasets()
     torch.manual_seed(0)
     model = lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=val_set.num_classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)

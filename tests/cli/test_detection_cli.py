@@ -138,13 +138,14 @@ def test_deformable_detr_trains_evaluates_and_predicts(scenes, tmp_path, capsys)
     out = tmp_path / "deformable"
     assert main(["train", "--task", "detection", "--model", "deformable_detr_small", "--data", str(scenes), "--out",
                  str(out), *TINY]) == 0
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [row["epoch"] for row in rows] == [1, 2] and all(0 <= row["map_50"] <= 1 for row in rows)
+    *rows, test = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2] and all(0 <= row["val_map_50"] <= 1 for row in rows)
+    assert 0 <= test["test_map_50"] <= 1
     assert "train_loss_ce_enc" not in rows[-1] and rows[-1]["train_loss"] > 0
     capsys.readouterr()
     assert main(["eval", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["num_images"] == 4 and result["num_detections"] == 4 * min(100, 8 * 10)  # top-100 of 8 × 10
+    assert result["num_images"] == 3 and result["num_detections"] == 3 * min(100, 8 * 10)  # top-100 of 8 × 10
     image = sorted((scenes / "images" / "val").glob("*.png"))[0]
     assert main(["predict", str(out), str(image), "--threshold", "0.0", "--json"]) == 0
     detections = json.loads(capsys.readouterr().out)[0]["detections"]

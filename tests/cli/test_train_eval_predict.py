@@ -31,7 +31,7 @@ def run_dir(tmp_path_factory):
 
 def test_train_prints_the_final_accuracy(run_dir, capsys):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2
+    assert len(rows) == 3 and "val_acc" in rows[1] and "test_acc" in rows[2]  # two epochs, then the test once
     out = subprocess.run([sys.executable, "-m", "vitlab", "train", *TINY, "--epochs", "1", "--out",
                           str(run_dir.parent / "again")], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr

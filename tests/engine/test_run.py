@@ -39,7 +39,7 @@ def test_truncated_weights_name_the_file_and_the_way_out(finished_run, tmp_path,
     cut_in_half(run / "last.safetensors")
     with pytest.raises(RunFileError, match=r"last\.safetensors is damaged.*--weights best"):
         RunDir(run).load_model("last")
-    assert main(["eval", str(run)]) == 2
+    assert main(["eval", str(run), "--weights", "last"]) == 2
     err = capsys.readouterr().err.strip()
     assert "last.safetensors is damaged" in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert main(["eval", str(run), "--weights", "best", "--no-plot"]) == 0  # the way out works

@@ -15,13 +15,13 @@ from vitlab.tasks.seq2seq import Seq2SeqConfig, Seq2SeqTask
 
 
 def test_steps_end_a_classification_run_mid_epoch_and_resume_exactly(tmp_path):
-    # 200 images in batches of 32: 6 steps an epoch; 8 steps end a third into the second epoch
-    straight = train(**tiny_options(tmp_path / "straight", epochs=None, steps=10))
-    assert straight["step"] == 10 and straight["epoch"] == pytest.approx(10 / 6, abs=1e-4)
+    # 183 training images in batches of 32: 5 steps an epoch; 7 steps end two fifths into the second epoch
+    straight = train(**tiny_options(tmp_path / "straight", epochs=None, steps=8))
+    assert straight["step"] == 8 and straight["epoch"] == pytest.approx(8 / 5, abs=1e-4)
     rows = RunDir(tmp_path / "straight").read_metrics()
-    assert [row["step"] for row in rows] == [6, 10]
-    train(**tiny_options(tmp_path / "split", epochs=None, steps=10, max_steps_this_run=8))
-    assert RunDir(tmp_path / "split").load_state()["step"] == 8
+    assert [row["step"] for row in rows] == [5, 8, 8]  # two validations, then the test, once
+    train(**tiny_options(tmp_path / "split", epochs=None, steps=8, max_steps_this_run=7))
+    assert RunDir(tmp_path / "split").load_state()["step"] == 7
     resume(tmp_path / "split")
     a, b = RunDir(tmp_path / "straight").read_weights(), RunDir(tmp_path / "split").read_weights()
     for key in a:

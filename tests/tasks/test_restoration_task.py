@@ -72,11 +72,14 @@ def test_photograph_layouts(tmp_path):
 
     for name in ("train/a.png", "train/b.jpg", "val/c.png", "hr/d.png", "hr/e.png"):
         picture(tmp_path / name)
-    train, test = find_photographs(str(tmp_path))
-    assert [p.name for p in train] == ["a.png", "b.jpg"] and [p.name for p in test] == ["c.png"]
-    train, test = find_photographs(str(tmp_path / "hr"))
-    assert [p.name for p in train] == ["d.png", "e.png"] and test is None
-    _, test = find_photographs(str(tmp_path), eval_data=str(tmp_path / "hr"))
+    train, val, test = find_photographs(str(tmp_path))
+    assert [p.name for p in train] == ["a.png", "b.jpg"] and [p.name for p in val] == ["c.png"] and test is None
+    picture(tmp_path / "test" / "f.png")
+    train, val, test = find_photographs(str(tmp_path))
+    assert [p.name for p in val] == ["c.png"] and [p.name for p in test] == ["f.png"]
+    train, val, test = find_photographs(str(tmp_path / "hr"))
+    assert [p.name for p in train] == ["d.png", "e.png"] and val is None and test is None
+    _, _, test = find_photographs(str(tmp_path), eval_data=str(tmp_path / "hr"))
     assert [p.name for p in test] == ["d.png", "e.png"]
     with pytest.raises(FileNotFoundError, match="fetch-photos"):
         find_photographs(str(tmp_path / "missing"))

@@ -129,7 +129,8 @@ def _summary(result: dict[str, Any]) -> str:
     tests = {key: value for key, value in result.items() if key.startswith("test_") and isinstance(value, float)}
     if tests:
         figures = ", ".join(f"{key} {value:.4f}" for key, value in tests.items())
-        lines.append(f"test, once, on that checkpoint: {figures}")
+        lines.append(f"test, once, on that checkpoint: {figures} ({where}, {minutes:.1f} min of training and "
+                     f"evaluation)")
         if "test_acc" in tests:  # the main job's figure, in words
             lines.append(f"test accuracy: {tests['test_acc']:.4f} {where}, {minutes:.1f} min of training and "
                          f"evaluation")

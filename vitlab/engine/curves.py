@@ -15,7 +15,7 @@ SKIP_SUFFIXES = ("_per_s", "_time_s")
 
 def _quantity(key: str) -> tuple[str, str] | None:
     """'train_loss' -> ('loss', 'train'), 'test_acc_ema' -> ('acc', 'test (EMA)'), 'lr' -> None."""
-    if key in SKIP or key.endswith(SKIP_SUFFIXES):
+    if key in SKIP or key.endswith(SKIP_SUFFIXES) or key.startswith("selected_"):
         return None
     for prefix in ("train", "test", "val"):
         if key.startswith(prefix + "_"):

@@ -380,7 +380,8 @@ class _Loop:
         self.model.load_state_dict(weights)
         row: dict[str, Any] = {"step": self.step}
         if self.epochs_data:
-            row["epoch"] = self._epoch()
+            epoch = self.step / self.steps_per_epoch
+            row["epoch"] = int(epoch) if epoch.is_integer() else round(epoch, 4)
         selected = self.best_row or {}
         row.update({f"selected_{key}": value for key, value in selected.items() if key in ("step", "epoch")})
         row.update({"selected_weights": which, "selected_by": self.task.best[0], "selected_value": self.best})
