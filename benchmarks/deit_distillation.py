@@ -19,12 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness.host import provenance
 from vitlab.engine.run import read_metrics
 from vitlab.tasks import train as train_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ is a package there
+from benchmarks.harness.host import provenance
 
 RESULTS = Path(__file__).parent / "results"
 RUNS = RESULTS / "runs"

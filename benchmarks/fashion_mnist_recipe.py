@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness.host import provenance
 from vitlab.engine.run import read_metrics
 from vitlab.interop import load_model
 from vitlab.tasks import train
 from vitlab.tasks.classification.recipes import RECIPES
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ is a package there
+from benchmarks.harness.host import provenance
 
 RESULTS = Path(__file__).parent / "results"
 
