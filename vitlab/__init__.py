@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from . import models
-from .models import get_config, list_models
+from .models import get_config, list_models, list_pretrained
 
 if TYPE_CHECKING:
     from .interop import load_weights, save_weights
@@ -43,4 +43,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'vitlab' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "create_model", "get_config", "list_models", "load_weights", "save_weights"]
+__all__ = ["__version__", "create_model", "get_config", "list_models", "list_pretrained", "load_weights",
+           "save_weights"]

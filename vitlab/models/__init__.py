@@ -1,5 +1,13 @@
 from .deit import DistilledOutput
-from .registry import config_from_dict, config_to_dict, create_model, get_config, list_models, register_model
+from .registry import (
+    config_from_dict,
+    config_to_dict,
+    create_model,
+    get_config,
+    list_models,
+    list_pretrained,
+    register_model,
+)
 from .seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from .vit import VisionTransformer, ViTConfig
 
@@ -14,5 +22,6 @@ __all__ = [
     "create_model",
     "get_config",
     "list_models",
+    "list_pretrained",
     "register_model",
 ]

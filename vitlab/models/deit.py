@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from .family import Release
 from .registry import register_config, register_model
 from .vit import VisionTransformer, ViTConfig, _vit28
 
@@ -37,6 +38,19 @@ class DeiTConfig(ViTConfig):
     family: ClassVar[str] = "deit"
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
     title: ClassVar[str] = "DeiT"
+    # Facebook's releases as timm hosts them (timm/<tag>); the figure: ImageNet-1k val top-1 from DeiT's README
+    releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
+        Release(tag, f"timm/{tag}", "timm", "model.safetensors", revision=revision, licence="apache-2.0",
+                metric={"top1": top1}, dataset="ImageNet-1k val")
+        for tag, top1, revision in (
+            ("deit_tiny_patch16_224.fb_in1k", 72.2, ""),
+            ("deit_small_patch16_224.fb_in1k", 79.9, ""),
+            ("deit_base_patch16_224.fb_in1k", 81.8, "4c8c236981c8902ea7af4e83b6fe0270812e03d4"),
+            ("deit_tiny_distilled_patch16_224.fb_in1k", 74.5, ""),
+            ("deit_small_distilled_patch16_224.fb_in1k", 81.2, ""),
+            ("deit_base_distilled_patch16_224.fb_in1k", 83.4, ""),
+        )
+    )}
     description: ClassVar[str] = ("DeiT distilled (Touvron et al., ICML 2021): a ViT with a distillation token and "
                                   "head, trained against a teacher")
 

@@ -31,7 +31,7 @@ from torch import nn
 from ..layers.blocks import DecoderBlock, EncoderBlock, PostNormEncoderBlock, PreNormDecoderBlock
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
 
@@ -213,6 +213,16 @@ class SetPrediction:
 @dataclass(frozen=True)
 class DETRConfig(SetPrediction, ModelFamily):
     family: ClassVar[str] = "detr"
+    # Facebook's DETR-R50: the original file (its name holds the first 8 hex digits of its sha256, which torch.hub
+    # checks) and the Hugging Face copy (transformers' key names). The figure: box AP on COCO val2017
+    releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
+        Release("detr_resnet50.coco", "https://dl.fbaipublicfiles.com/detr/detr-r50-e632da11.pth", "official",
+                "detr-r50-e632da11.pth", licence="apache-2.0", metric={"box_ap": 42.0}, dataset="COCO val2017"),
+        Release("detr_resnet50.hf_coco", "facebook/detr-resnet-50", "huggingface", "model.safetensors",
+                revision="0f518b5f070d804a491a79b3ca78c0f6694c9429",
+                sha256="830f5e2eeaada8c8c8281779dcc8ab12833972eb8514ed0a35be6c1d4420ad81", licence="apache-2.0",
+                metric={"box_ap": 42.0}, dataset="COCO val2017"),
+    )}
     tasks: ClassVar[tuple[str, ...]] = ("detection",)
     title: ClassVar[str] = "DETR"
     description: ClassVar[str] = ("DETR (Carion et al., ECCV 2020): a ResNet, a Transformer encoder-decoder and object "

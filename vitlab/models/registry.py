@@ -65,6 +65,18 @@ def list_models(pattern: str = "*") -> list[str]:
     return sorted(name for name in _PRESETS if fnmatch.fnmatch(name, pattern))
 
 
+def list_pretrained(pattern: str = "*") -> list[Any]:
+    """The released checkpoints (`Release`) the families list, whose tag ("vit_base_patch16_224.augreg2_...")
+    matches a shell-style pattern, sorted by tag. A tag is the registered model's name, a dot, the release."""
+    _import_families()
+    found = {}
+    for family_config in _CONFIG_TYPES.values():  # a family's own list only, not one its config inherits
+        for tag, release in vars(family_config).get("releases", {}).items():
+            if fnmatch.fnmatch(tag, pattern):
+                found[tag] = release
+    return [found[tag] for tag in sorted(found)]
+
+
 def models_for_task(task: str, pattern: str = "*") -> list[str]:
     """The registered models whose family is trained by `task` (its `tasks`)."""
     return [name for name in list_models(pattern) if task in getattr(get_config(name), "tasks", ())]

@@ -24,7 +24,7 @@ from torch import nn
 from ..layers.blocks import EncoderBlock
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
 # Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (saved without config_version) said so
@@ -39,6 +39,25 @@ class ViTConfig(ModelFamily):
     family: ClassVar[str] = "vit"
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
     title: ClassVar[str] = "ViT"
+    # timm's releases (Hugging Face timm/<tag>, safetensors); the figure: ImageNet-1k val top-1 at 224 from timm's
+    # results-imagenet.csv. Revisions are pinned where the file's commit could be verified; sha256 not yet checked
+    releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
+        Release("vit_tiny_patch16_224.augreg_in21k_ft_in1k", "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k",
+                "timm", "model.safetensors", licence="apache-2.0", metric={"top1": 75.452},
+                dataset="ImageNet-1k val"),
+        Release("vit_small_patch16_224.augreg_in21k_ft_in1k", "timm/vit_small_patch16_224.augreg_in21k_ft_in1k",
+                "timm", "model.safetensors", licence="apache-2.0", metric={"top1": 81.402},
+                dataset="ImageNet-1k val"),
+        Release("vit_base_patch16_224.augreg2_in21k_ft_in1k", "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
+                "timm", "model.safetensors", revision="3feba41e737e1b28af8e1fd7dca8eed073385972",
+                licence="apache-2.0", metric={"top1": 85.108}, dataset="ImageNet-1k val"),
+        Release("vit_base_patch16_224.augreg_in21k_ft_in1k", "timm/vit_base_patch16_224.augreg_in21k_ft_in1k",
+                "timm", "model.safetensors", revision="b5b38b8f7dd93ce67d12e356a8771556b95c8cf9",
+                licence="apache-2.0", metric={"top1": 84.534}, dataset="ImageNet-1k val"),
+        Release("vit_large_patch16_224.augreg_in21k_ft_in1k", "timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
+                "timm", "model.safetensors", licence="apache-2.0", metric={"top1": 85.856},
+                dataset="ImageNet-1k val"),
+    )}
     description: ClassVar[str] = ("ViT, the Vision Transformer (Dosovitskiy et al., ICLR 2021): image patches as "
                                   "tokens through a pre-norm Transformer encoder, classified from the class token")
 
