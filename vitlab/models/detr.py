@@ -217,7 +217,8 @@ class DETRConfig(SetPrediction, ModelFamily):
     # checks) and the Hugging Face copy (transformers' key names). The figure: box AP on COCO val2017
     releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
         Release("detr_resnet50.coco", "https://dl.fbaipublicfiles.com/detr/detr-r50-e632da11.pth", "official",
-                "detr-r50-e632da11.pth", licence="apache-2.0", metric={"box_ap": 42.0}, dataset="COCO val2017"),
+                "detr-r50-e632da11.pth", sha256="e632da11", licence="apache-2.0", metric={"box_ap": 42.0},
+                dataset="COCO val2017"),
         Release("detr_resnet50.hf_coco", "facebook/detr-resnet-50", "huggingface", "model.safetensors",
                 revision="0f518b5f070d804a491a79b3ca78c0f6694c9429",
                 sha256="830f5e2eeaada8c8c8281779dcc8ab12833972eb8514ed0a35be6c1d4420ad81", licence="apache-2.0",

@@ -29,17 +29,32 @@ import torch
 
 @dataclass(frozen=True)
 class Release:
-    """A released checkpoint of a family: where it is, what format it is in, and the figure its authors report."""
+    """A released checkpoint of a family: where it is, what format it is in, and the figure its authors report.
+
+    A model's first listed release is its default (`create_model(name, pretrained=True)`), as in timm.
+    """
 
     tag: str  # "detr_resnet50.coco": the model name, a dot, the release
     source: str  # a Hugging Face repo id ("facebook/detr-resnet-50") or a URL
     format: str  # what interop reads it as ("timm", "huggingface", "official", ...)
-    filename: str = ""  # the file within a hub repo
-    revision: str = ""  # a pinned hub revision
-    sha256: str = ""  # where the source publishes or fixes one
+    filename: str = ""  # the file within a hub repo (the file's name, for a URL)
+    revision: str = ""  # a pinned hub revision (a commit)
+    sha256: str = ""  # where the source publishes or fixes one: all 64 hex digits, or torch.hub's first 8 or more
     licence: str = ""
-    metric: dict[str, float] = field(default_factory=dict)  # the release's own reference figure: {"coco_ap": 42.0}
+    metric: dict[str, float] = field(default_factory=dict)  # the release's own reference figure: {"box_ap": 42.0}
     dataset: str = ""  # what `metric` was measured on
+    overrides: dict[str, Any] = field(default_factory=dict)  # config fields the release sets beyond its preset's
+    note: str = ""  # what could not be verified, or what the source needs (a browser, a licence to accept)
+
+    @property
+    def model(self) -> str:
+        """The registered model the release is for."""
+        return self.tag.partition(".")[0]
+
+    @property
+    def on_hub(self) -> bool:
+        """Whether `source` is a Hugging Face repo id (else a URL)."""
+        return "://" not in self.source
 
 
 @dataclass
