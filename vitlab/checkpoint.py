@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -108,20 +109,31 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[s
     return state
 
 
-def load_state(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
-    """Load a state dict in vitlab's layout, adapted by the model's own hook; anything that does not fit raises
-    CheckpointMismatchError listing the missing, unexpected and mis-shaped keys."""
+def load_state(model: nn.Module, state: dict[str, torch.Tensor], *, strict: bool = True) -> nn.Module:
+    """Load a state dict in vitlab's layout, adapted by the model's own hook. Strict (the default): anything that
+    does not fit raises CheckpointMismatchError listing the missing, unexpected and mis-shaped keys. Not strict:
+    what fits is loaded, the rest keeps the model's own values, and a warning lists it."""
     state = adapt_state_dict(model, state)
     target = model.state_dict()
     missing = sorted(set(target) - set(state))
     unexpected = sorted(set(state) - set(target))
-    misshaped = sorted(
-        f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
-        for k in set(state) & set(target) if state[k].shape != target[k].shape
-    )
-    if missing or unexpected or misshaped:
-        raise CheckpointMismatchError(_mismatch_message(missing, unexpected, misshaped))
-    model.load_state_dict(state)
+    misshaped = sorted(k for k in set(state) & set(target) if state[k].shape != target[k].shape)
+    if not (missing or unexpected or misshaped):
+        model.load_state_dict(state)
+        return model
+    message = _mismatch_message(missing, unexpected,
+                                [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(target[k].shape)}"
+                                 for k in misshaped])
+    if strict:
+        raise CheckpointMismatchError(message + "\n  or load what fits and keep the rest fresh: strict=False "
+                                                "(--strict false)")
+    fitting = {k: v for k, v in state.items() if k in target and k not in misshaped}
+    if not fitting:
+        raise CheckpointMismatchError(message.replace("does not fit the model", "has nothing that fits the model"))
+    warnings.warn(message.replace("does not fit the model", f"does not fit the model (not strict: loaded "
+                                  f"{len(fitting)} of the model's {len(target)} tensors, the rest left fresh)"),
+                  stacklevel=2)
+    model.load_state_dict(fitting, strict=False)
     return model
 
 

@@ -10,7 +10,8 @@ import argparse
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("convert", help="convert a checkpoint to vitlab safetensors (weights + config)")
     p.add_argument("src", help="a .safetensors/.pth/.bin/.ckpt state dict, a Hugging Face model folder, or a Google "
-                   ".npz, of any family vitlab reads")
+                   ".npz, of any family vitlab reads; or a release tag (vitlab models --pretrained) or "
+                   "hf-hub:org/name[@revision], downloaded into the Hugging Face cache first")
     p.add_argument("dst", help="the .safetensors file to write")
     p.add_argument("--model", help="registered model the checkpoint is (default: worked out from the checkpoint)")
     p.set_defaults(run=run)

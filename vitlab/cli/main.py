@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import (
@@ -12,6 +13,7 @@ from . import (
     check_data_cmd,
     convert_cmd,
     demo,
+    download_cmd,
     evaluate_cmd,
     export_cmd,
     generate_cmd,
@@ -26,7 +28,7 @@ from . import (
 )
 
 COMMANDS = [train, evaluate_cmd, predict, attention_cmd, check_data_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd,
-            demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
+            download_cmd, demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,10 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="vitlab", description="Vision Transformers, from their parts.")
     parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
+    parser.add_argument("--offline", action="store_true", help=OFFLINE_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(subparsers)
+    for command_parser in subparsers.choices.values():  # `vitlab train ... --offline` reads as well as before
+        command_parser.add_argument("--offline", action="store_true", default=argparse.SUPPRESS, help=OFFLINE_HELP)
     return parser
+
+
+OFFLINE_HELP = ("released weights from the Hugging Face cache only, never the network (as HF_HUB_OFFLINE=1); "
+                "`vitlab download` fetches them ahead of time")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,11 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     from ..data.download import DownloadError
     from ..engine.speed import tune_process
 
+    if args.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # read where it matters (interop/hub.py), and by huggingface_hub's children
     if args.command != "bench":  # the benchmark sets these itself (--cpu-settings), the same for every library
         tune_process()
     try:
         return int(args.run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, DownloadError, ArithmeticError) as error:
+    except Exception as error:
+        if not _said_to_the_user(error, DownloadError):
+            raise
         # errors a user can cause carry a message that says what to do; no traceback needed. Library errors name
         # the parameter (`ema_decay`); here the user sees the flag (`--ema-decay`)
         message = error.as_flag() if hasattr(error, "as_flag") else str(error)
@@ -63,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         hint = " (a training run continues with --resume RUN_DIR)" if args.command == "train" else ""
         print(f"vitlab {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
+
+
+def _said_to_the_user(error: Exception, *more: type) -> bool:
+    """Errors a user can cause, whose message says what to do; the hub's (a repo or file not found, offline) too."""
+    user_errors = (ValueError, TypeError, FileNotFoundError, ArithmeticError, ConnectionError, *more)
+    return isinstance(error, user_errors) or type(error).__module__.startswith("huggingface_hub")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """`vitlab models [PATTERN]`: the registered models with their sizes and parameter counts, by family, each family
-with its own one-line description and what its columns mean."""
+with its own one-line description and what its columns mean. `--pretrained`: the released weights instead, by
+tag, with their reference figures and where they come from."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "models", help="list registered models", formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("pattern", nargs="?", default="*", help="shell-style pattern, e.g. 'vit_*_patch16_*'")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="list the released weights (tags for --weights and pretrained=) matching the pattern")
     parser.set_defaults(run=run)
 
 
@@ -21,6 +24,8 @@ COLUMNS = ("image", "patch", "dim", "depth", "heads", "classes")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.pretrained:
+        return list_releases(args.pattern)
     from ..models import create_model, get_config, list_models
     from ..models.vit import count_parameters
 
@@ -41,6 +46,26 @@ def run(args: argparse.Namespace) -> int:
             image, patch, dim, depth, heads, classes = (_shown(sizes.get(key)) for key in COLUMNS)
             print(f"{name:<32} {image:>9} {patch:>7} {dim:>5} {depth:>5} {heads:>5} {classes:>7} "
                   f"{count_parameters(model):>13,}")
+    return 0
+
+
+def list_releases(pattern: str) -> int:
+    """One line per release: its tag, the figure its authors report and on what, its licence and its source (the
+    hub repo, or the URL's host); a note where something about it could not be verified or needs a hand."""
+    from ..models import list_pretrained
+
+    releases = list_pretrained(pattern if any(c in pattern for c in "*?[.") else f"{pattern}*")
+    if not releases:
+        raise ValueError(f"no release matches {pattern!r}; `vitlab models --pretrained` lists all of them")
+    width = max(len(r.tag) for r in releases)
+    print(f"{'release':<{width}}  {'reported':<16} {'on':<22} {'licence':<12} source")
+    for r in releases:
+        figure = ", ".join(f"{key} {value}" for key, value in r.metric.items())
+        source = r.source + (f"@{r.revision[:7]}" if r.revision else "")
+        print(f"{r.tag:<{width}}  {figure:<16} {r.dataset:<22} {r.licence:<12} {source}")
+        if r.note:
+            print(f"{'':<{width}}  note: {r.note}")
+    print(f"{len(releases)} releases; load one with --weights TAG, or vitlab.create_model(name, pretrained=TAG)")
     return 0
 
 

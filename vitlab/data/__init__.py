@@ -8,7 +8,7 @@
 - IDX files: :func:`read_idx`, :func:`write_idx`.
 """
 
-from vitlab.data.download import ChecksumError, DownloadError, download_file, md5_of_file
+from vitlab.data.download import ChecksumError, DownloadError, download_file, md5_of_file, sha256_of_file
 from vitlab.data.fashion_mnist import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_FILES,
@@ -58,6 +58,7 @@ __all__ = [
     "normalize_batch",
     "random_shift_crop_flip",
     "read_idx",
+    "sha256_of_file",
     "split_dataset",
     "split_indices",
     "write_idx",

@@ -9,17 +9,24 @@ from torch import nn
 
 from ..models.registry import config_type, get_config
 from .formats import read_checkpoint
+from .hub import HF_HUB_PREFIX, fetch, find_release, names_remote_weights
 from .weights import load_model, load_weights, save_weights
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:
-    """A model built to fit the checkpoint, with its weights loaded.
+    """A model built to fit the checkpoint, with its weights loaded. `path` may also be a release tag (its model
+    and architecture are the release's) or hf-hub:org/name.
 
     With `model_name` the registered model is used, with what the file's converter says the file still decides
     (a ViT's head, image size, channels and LayerNorm epsilon; a detector's whole architecture). Without, the
     architecture comes from the file: a Hugging Face config.json, the shapes, and what the family's converter
     adds (for a timm ViT, the head count of the registered model of that size).
     """
+    release_overrides: dict = {}
+    if names_remote_weights(path) and not str(path).startswith(HF_HUB_PREFIX):  # a release knows its model
+        release = find_release(str(path))
+        model_name, release_overrides = model_name or release.model, release.overrides
+    path = fetch(path)
     _, info = read_checkpoint(path)
     if info.format == "vitlab" and model_name is None:
         return load_model(path)
@@ -28,7 +35,8 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
     needs_name = arch.pop("needs_model_name", None)
     decides = info.converter.decides if info.converter else None
     if model_name is not None:
-        config = get_config(model_name, **(arch if decides is None else {k: arch[k] for k in decides if k in arch}))
+        config = get_config(model_name, **{**release_overrides, **(
+            arch if decides is None else {k: arch[k] for k in decides if k in arch})})
     elif needs_name:
         raise ValueError(f"{path}: {needs_name}; name the model: --model NAME (vitlab models)")
     else:

@@ -35,10 +35,12 @@ class CheckpointInfo:
     converter: Converter | None = None  # None: a vitlab file
 
 
-def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path}")
+def read_checkpoint(path: str | os.PathLike, *, offline: bool | None = None
+                    ) -> tuple[dict[str, torch.Tensor], CheckpointInfo]:
+    """`path`: a file or folder, or a release tag or hf-hub:org/name, fetched through the cache (interop/hub.py)."""
+    from .hub import fetch
+
+    path = fetch(path, offline=offline)
     metadata: dict[str, str] = {}
     if path.is_dir():
         state, hf_config = _read_huggingface_folder(path)

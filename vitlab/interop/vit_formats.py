@@ -192,6 +192,9 @@ def _architecture_from_state(state: dict[str, torch.Tensor]) -> dict[str, Any]:
 def _timm_architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
     """A state dict's shapes, and the number of heads of the registered ViT of that width, depth and patch."""
     architecture = _architecture_from_state(state)
+    named = (file.hf_config or {}).get("architecture")  # timm's hub config.json names the model it saved
+    if named in list_models():
+        return {**architecture, "num_heads": get_config(named).num_heads}
     patch = architecture.get("patch_size", (0, 0))
     for name in list_models("vit_*"):
         c = get_config(name)

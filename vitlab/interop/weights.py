@@ -29,12 +29,18 @@ __all__ = ["CONFIG_KEY", "CheckpointMismatchError", "adapt_state_dict", "load_mo
            "read_state_dict", "save_weights", "set_norm_eps"]
 
 
-def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.Tensor]) -> nn.Module:
-    """Load weights into `model`: a state dict, or a file/folder in any supported format (vitlab or timm
-    safetensors/.pth/.bin, a Hugging Face ViT folder or file, a Google .npz), detected from the file.
+def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.Tensor], *, strict: bool = True,
+                 offline: bool | None = None) -> nn.Module:
+    """Load weights into `model`: a state dict, a file or folder in any supported format (vitlab or timm
+    safetensors/.pth/.bin, a Hugging Face folder or file, a Google .npz, the official releases' files), detected
+    from the file; or released weights by name, fetched once into the Hugging Face cache: a release tag
+    ("vit_base_patch16_224.augreg2_in21k_ft_in1k", `vitlab.list_pretrained()`) or "hf-hub:org/name[@revision]".
 
-    Position embeddings are resampled to the model's grid, a head for another class count is replaced (with a
-    warning), and the LayerNorm epsilon is taken from the checkpoint when it says (Hugging Face's config.json).
+    Strict: keys that do not fit are an error listing them, with two exceptions the model's hook makes and warns
+    about (what fine-tuning expects to differ): a classification head for another class count (the model keeps its
+    fresh one) and position embeddings for another grid (resampled). `strict=False` loads what fits and warns.
+    `offline`: read the cache only (default: HF_HUB_OFFLINE). The LayerNorm epsilon is taken from the checkpoint
+    where it says one (Hugging Face's config.json).
     """
     if isinstance(source, dict):
         from .formats import convert_state
@@ -43,7 +49,7 @@ def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.T
     else:
         from .formats import read_checkpoint
 
-        state, info = read_checkpoint(source)
+        state, info = read_checkpoint(source, offline=offline)
         if info.norm_eps is not None:
             set_norm_eps(model, info.norm_eps)
-    return load_state(model, state)
+    return load_state(model, state, strict=strict)
