@@ -38,7 +38,14 @@ from torch import nn
 from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
-from .detr import BoxHead, DetectionOutput, SetPrediction, check_detector_inputs, detector_export_spec
+from .detr import (
+    BoxHead,
+    DetectionOutput,
+    SetPrediction,
+    adapt_detector_checkpoint,
+    check_detector_inputs,
+    detector_export_spec,
+)
 from .family import ExportSpec, ModelFamily
 from .registry import register_config, register_model
 
@@ -246,6 +253,9 @@ class DeformableDETR(nn.Module):
     def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
                     ) -> ExportSpec:
         return detector_export_spec(self, example)
+
+    def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return adapt_detector_checkpoint(self, state)
 
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
         check_detector_inputs(images, padding_mask)

@@ -30,6 +30,7 @@ from torch import nn
 
 from ..layers.blocks import DecoderBlock, EncoderBlock, PostNormEncoderBlock, PreNormDecoderBlock
 from ..layers.pos_embed import sine_pos_embed_2d
+from .adapt import adapt_input_channels, fresh_classifiers
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
@@ -72,6 +73,18 @@ def detector_export_spec(model: nn.Module, example: tuple[torch.Tensor, ...] | N
 
     return ExportSpec("detector", detect, ("images", "padding_mask"), ("logits", "pred_boxes"), example,
                       ({0: "batch", 2: "height", 3: "width"}, {0: "batch", 1: "height", 2: "width"}))
+
+
+def adapt_detector_checkpoint(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A detector's checkpoint for another class count (COCO's 91 category ids, say) starts this model's fresh
+    class heads, with a warning, and keeps everything else: backbone, transformer, queries, box heads, as the DETR
+    family's maintainers advise for fine-tuning. The input convolution adapts to other channels."""
+    target = model.state_dict()
+    state = adapt_input_channels(state, target, "backbone.conv1.weight")
+    heads = [key for key in target if key.startswith("class_embed.")]
+    rows = next((state[k].shape[0] for k in heads if k in state and state[k].ndim > 0), None)
+    extra = target[heads[0]].shape[0] - model.num_classes  # DETR's "no object" row
+    return fresh_classifiers(state, target, heads, None if rows is None else rows - extra, model.num_classes)
 
 
 class DetrTransformer(nn.Module):
@@ -145,6 +158,9 @@ class DETR(nn.Module):
     def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
                     ) -> ExportSpec:
         return detector_export_spec(self, example)
+
+    def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return adapt_detector_checkpoint(self, state)
 
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
         check_detector_inputs(images, padding_mask)

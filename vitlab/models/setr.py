@@ -24,7 +24,6 @@ Glossary: B batch, H × W image, h × w token grid (H/p × W/p), D encoder width
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -32,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .adapt import fresh_classifiers
 from .family import ExportSpec, ModelFamily
 from .registry import get_config, register_config, register_model
 
@@ -256,16 +256,9 @@ class SETR(nn.Module):
         encoder = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
         state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
         state.update({f"backbone.{k}": v for k, v in self.backbone.adapt_checkpoint(encoder).items()})
-        target = self.state_dict()
-        classifiers = [k for k, v in target.items() if k.startswith(("decode_head.", "auxiliary_head.")) and k in state
-                       and v.ndim > 0 and state[k].ndim == v.ndim and v.shape[0] == self.num_classes
-                       and state[k].shape[0] != v.shape[0] and state[k].shape[1:] == v.shape[1:]]
-        if classifiers:
-            old = state[classifiers[0]].shape[0]
-            warnings.warn(f"the checkpoint's classifiers have {old} classes, the model {self.num_classes}: keeping "
-                          f"the rest and starting new classifiers (the fine-tuning case)", stacklevel=2)
-            state.update({k: target[k] for k in classifiers})
-        return state
+        classifiers = [k for k, v in self.state_dict().items() if k.startswith(("decode_head.", "auxiliary_head."))
+                       and v.ndim > 0 and v.shape[0] == self.num_classes]
+        return fresh_classifiers(state, self.state_dict(), classifiers)
 
     def no_weight_decay(self) -> set[str]:
         return {f"backbone.{name}" for name in self.backbone.no_weight_decay()}

@@ -24,6 +24,7 @@ from torch import nn
 from ..layers.blocks import EncoderBlock
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
+from .adapt import adapt_input_channels, fresh_classifiers
 from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
@@ -326,9 +327,10 @@ class VisionTransformer(nn.Module):
         return len(self.blocks) + 1
 
     def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """A state dict changed where fine-tuning expects it to differ from this model: the position embedding is
-        resampled to this model's patch grid, and a head for another class count (or one this model lacks) gives
-        way to this model's fresh head, with a warning. Whatever else differs is left for the loader to report."""
+        """A state dict changed where fine-tuning expects it to differ from this model, each with a warning: the
+        position embedding resampled to this model's patch grid, the patch embedding adapted to another number of
+        input channels, and a head for another class count (or one this model lacks) given way to this model's
+        fresh head. Whatever else differs is left for the loader to report."""
         state = dict(state)
         target = self.state_dict()
         if "pos_embed" in state and "pos_embed" in target and state["pos_embed"].shape != target["pos_embed"].shape:
@@ -338,24 +340,16 @@ class VisionTransformer(nn.Module):
             old_grid = (side, side) if side * side == old_n else None
             state["pos_embed"] = resample_pos_embed(state["pos_embed"], self.patch_embed.grid_size, old_grid,
                                                     num_prefix_tokens=P)
-        # another class count: the head's rows differ, its input width does not
-        head_keys = ("head.weight", "head.bias")
-        head_differs = (
-            "head.weight" in state and "head.weight" in target
-            and state["head.weight"].shape[0] != target["head.weight"].shape[0]
-            and state["head.weight"].shape[1:] == target["head.weight"].shape[1:]
-        )
-        head_absent = all(k in state for k in head_keys) and not any(k in target for k in head_keys)
-        if head_differs or head_absent:
-            warnings.warn(
-                f"the checkpoint's head has {state['head.weight'].shape[0]} classes, the model {self.num_classes}: "
-                f"keeping the body and starting a new head (the fine-tuning case)",
-                stacklevel=2,
-            )
-            for key in (f"{head}.{kind}" for head in self.head_names() for kind in ("weight", "bias")):
-                state.pop(key, None)
-                if key in target:
-                    state[key] = target[key]
+        state = adapt_input_channels(state, target, "patch_embed.proj.weight")
+        # another class count: the heads' rows differ, their input width does not; a head this model lacks goes
+        heads = [f"{head}.{kind}" for head in self.head_names() for kind in ("weight", "bias")]
+        if "head.weight" in state and "head.weight" not in target:
+            warnings.warn(f"the checkpoint's head has {state['head.weight'].shape[0]} classes, the model 0 (none): "
+                          f"keeping the body", stacklevel=2)
+            return {k: v for k, v in state.items() if k not in heads}
+        if "head.weight" in state and state["head.weight"].shape[0] != target["head.weight"].shape[0]:
+            state = fresh_classifiers({k: v for k, v in state.items() if k not in heads or k in target}, target,
+                                      heads, state["head.weight"].shape[0], self.num_classes, "head")
         return state
 
     def head_names(self) -> tuple[str, ...]:
