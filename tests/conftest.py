@@ -26,7 +26,7 @@ from PIL import Image
 from vitlab.cli.main import main
 
 from .engine.conftest import MINI
-from .hub_fixture import local_hub  # noqa: F401 -- the fixture, for every test folder: a local Hugging Face Hub
+from .hub_fixture import local_hub, no_retry_wait  # noqa: F401 -- the fixture, for every test folder: a local Hugging Face Hub
 
 DATA = ["--data-dir", str(MINI), "--allow-partial-data"]
 # the tests' runs last seconds: their curves.png is drawn once at the end of each, not at every checkpoint

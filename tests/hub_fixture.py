@@ -163,3 +163,16 @@ def _copies(names: set[str], values: dict[str, Any]) -> Iterator[tuple[types.Mod
         for name, value in values.items():
             if name in namespace and type(namespace[name]) is type(value) and namespace[name] == value:
                 yield module, name
+
+
+@pytest.fixture
+def no_retry_wait(monkeypatch):
+    """huggingface_hub waits a second before each of its 5 retries of a broken download; the tests need not."""
+    import time
+
+    from huggingface_hub import file_download
+
+    fast = types.ModuleType("time")
+    fast.__dict__.update(vars(time))
+    fast.sleep = lambda seconds: None
+    monkeypatch.setattr(file_download, "time", fast)

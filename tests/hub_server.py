@@ -158,10 +158,11 @@ class LocalHub:
     # ---- what tests publish ------------------------------------------------------------------------------------
 
     def publish(self, repo_id: str, files: Mapping[str, bytes | Path], branch: str = "main", *,
-                delete: Iterable[str] = (), message: str | None = None) -> str:
+                delete: Iterable[str] = (), message: str | None = None, sha: str | None = None) -> str:
         """Add a commit to model repo `repo_id` (created if new) on `branch`: the branch's files, with `files` added
         or replaced and `delete` removed, as an upload to the Hub does. Returns the commit's sha; earlier commits stay
-        addressable by theirs. A new branch starts from main's last commit."""
+        addressable by theirs. A new branch starts from main's last commit. `sha`: the commit's id, where a test
+        needs a given one (a release pinned to the real Hub's commit)."""
         if repo_id.count("/") != 1 or not all(repo_id.split("/")):
             raise ValueError(f"a model repo id is 'org/name', not {repo_id!r}")
         contents = {}
@@ -189,7 +190,8 @@ class LocalHub:
             for path in delete:
                 if old.pop(path, None) is None:
                     raise KeyError(f"{repo_id}@{branch} has no file {path!r} to delete")
-            commit = Commit(digest.hexdigest(), parent_sha, message or f"Upload {len(contents)} files", date, old)
+            commit = Commit(sha or digest.hexdigest(), parent_sha, message or f"Upload {len(contents)} files", date,
+                            old)
             for path, blob in contents.items():  # a file keeps its last commit when published again unchanged
                 same = path in old and old[path].blob == blob
                 commit.files[path] = old[path] if same else Entry(blob, commit)

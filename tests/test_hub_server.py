@@ -6,7 +6,6 @@ import hashlib
 import http.client
 import os
 import sys
-import time
 import types
 import urllib.error
 import urllib.request
@@ -16,7 +15,7 @@ import httpx2
 import huggingface_hub as hh
 import pytest
 import torch
-from huggingface_hub import constants, file_download, hf_api
+from huggingface_hub import constants, hf_api
 from huggingface_hub.errors import (
     EntryNotFoundError,
     LocalEntryNotFoundError,
@@ -38,15 +37,6 @@ CONFIG = b'{"model_type": "tiny"}'
 def weights(size: int, seed: int) -> bytes:
     """Stand-in bytes for a weights file (any content: the server does not read it)."""
     return hashlib.shake_256(f"{seed}".encode()).digest(size)
-
-
-@pytest.fixture
-def no_retry_wait(monkeypatch):
-    """huggingface_hub waits a second before each of its 5 retries of a broken download; the tests need not."""
-    fast = types.ModuleType("time")
-    fast.__dict__.update(vars(time))
-    fast.sleep = lambda seconds: None
-    monkeypatch.setattr(file_download, "time", fast)
 
 
 def test_download_by_branch_by_commit_and_by_an_older_commit(local_hub):

@@ -195,8 +195,17 @@ def _hub_file(repo_id: str, filename: str, subfolder: str | None, revision: str 
     """One file through huggingface_hub (its cache; no request at all for a pinned commit already there)."""
     from huggingface_hub import hf_hub_download
 
-    return Path(hf_hub_download(repo_id, filename, subfolder=subfolder, revision=revision, cache_dir=cache_dir(),
-                                local_files_only=offline))
+    try:
+        return Path(hf_hub_download(repo_id, filename, subfolder=subfolder, revision=revision, cache_dir=cache_dir(),
+                                    local_files_only=offline))
+    except Exception as error:
+        if type(error).__module__.startswith("huggingface_hub"):  # its own errors say what went wrong
+            raise
+        # a connection broken mid-file (after the client's own retries): huggingface_hub keeps no partial file
+        # under the real name, so the next try starts clean
+        where = f"{repo_id}/{subfolder}/{filename}" if subfolder else f"{repo_id}/{filename}"
+        raise DownloadError(f"could not download {where}{f'@{revision}' if revision else ''}: {error}; check the "
+                            f"connection and retry (nothing half-written is kept)") from error
 
 
 def _fetch_release(release: Release, offline: bool) -> Path:
@@ -212,9 +221,8 @@ def _fetch_release(release: Release, offline: bool) -> Path:
                 raise _offline_error(release.tag) from error
             raise
         _check_hub_file(weights, release)
-        if release.format in ("huggingface", "diffusers"):  # their config.json says what the keys cannot
-            with contextlib.suppress(EntryNotFoundError):
-                _hub_file(where[0], "config.json", *where[1:])
+        with contextlib.suppress(EntryNotFoundError):  # what the keys cannot say (a timm model's name, a label map)
+            _hub_file(where[0], "config.json", *where[1:])
         return weights
     filename = release.filename or Path(urlparse(release.source).path).name
     target = cache_dir() / URL_CACHE_FOLDER / release.tag / filename
