@@ -46,7 +46,7 @@ from .detr import (
     check_detector_inputs,
     detector_export_spec,
 )
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
 
@@ -289,6 +289,32 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
     description: ClassVar[str] = ("Deformable DETR (Zhu et al., ICLR 2021): DETR whose attention samples a few "
                                   "points of a multi-scale feature pyramid")
     columns: ClassVar[str] = "depth: encoder + decoder layers"
+    # SenseTime's releases as Hugging Face hosts them (transformers' key names, timm's ResNet-50); the originals are
+    # Google Drive files (fundamentalvision/Deformable-DETR's README). The figure: box AP on COCO val2017 from that
+    # README. The revisions pin the commits whose model.safetensors the Hugging Face file pages show
+    releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
+        Release("deformable_detr_resnet50.coco", "SenseTime/deformable-detr", "huggingface", "model.safetensors",
+                revision="83ecd26945199939cb82806f988debdb71e6f43e",
+                sha256="caf1e3e61283c6ce35cd2d9adaa7033cf40997d4dfe434003bcdb9085cc8cf9b", licence="apache-2.0",
+                metric={"box_ap": 44.5}, dataset="COCO val2017",
+                note="revision: the Hugging Face page shows its first 7 digits (main), the full id is a third-party "
+                     "audit's (LibreYOLO); the official file is Google Drive "
+                     "1nDWZWHuRwtwGden77NLM9JoWe-YisJnA, which needs a browser"),
+        Release("deformable_detr_resnet50.coco_box_refine", "SenseTime/deformable-detr-with-box-refine",
+                "huggingface", "model.safetensors", revision="2e9e461623a8fdc296e19666c46c8a4389a3a6fe",
+                sha256="4113700fe8aade398808424b7c5c1304cfbf886adc6450a6ca5d50a702be3373", licence="apache-2.0",
+                metric={"box_ap": 46.2}, dataset="COCO val2017", overrides={"with_box_refine": True},
+                note="revision: the Hugging Face page shows its first 7 digits (main), the full id is a third-party "
+                     "audit's (LibreYOLO); the official file is Google Drive "
+                     "1JYKyRYzUH7uo9eVfDaVCiaIGZb5YTCuI, which needs a browser"),
+        Release("deformable_detr_resnet50.coco_two_stage", "SenseTime/deformable-detr-with-box-refine-two-stage",
+                "huggingface", "model.safetensors", revision="52c5a7f4ad20bbf8e384c5f6033a25bf0aacff33",
+                sha256="411bb4238a834d40fff651b1b5b7d6dd80c2dd28be1747eec7b6918674e85de6", licence="apache-2.0",
+                metric={"box_ap": 46.9}, dataset="COCO val2017",
+                overrides={"with_box_refine": True, "two_stage": True},
+                note="sha256 from a third-party audit (LibreYOLO), not seen on the Hugging Face page; the official "
+                     "file is Google Drive 15I03A7hNTpwuLNdfuEmW9_taZMNVssEp, which needs a browser"),
+    )}
     wrong_on: ClassVar[dict[str, str]] = {
         "openvino": "OpenVINO 2026.4's CPU plugin computes multi-scale deformable attention wrongly (logits off by "
                     "2.3 from torch's at 96×128, NaN at 128×96, whether converted from torch or from ONNX); run it "

@@ -229,8 +229,10 @@ class SetPrediction:
 @dataclass(frozen=True)
 class DETRConfig(SetPrediction, ModelFamily):
     family: ClassVar[str] = "detr"
-    # Facebook's DETR-R50: the original file (its name holds the first 8 hex digits of its sha256, which torch.hub
-    # checks) and the Hugging Face copy (transformers' key names). The figure: box AP on COCO val2017
+    # Facebook's DETR-R50 and DETR-R101: the original files (a name holds the first 8 hex digits of the file's
+    # sha256, which torch.hub checks; facebookresearch/detr's hubconf.py loads them with check_hash=True) and the
+    # Hugging Face copies (transformers' key names, timm's ResNet). The figure: box AP on COCO val2017, from DETR's
+    # README
     releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
         Release("detr_resnet50.coco", "https://dl.fbaipublicfiles.com/detr/detr-r50-e632da11.pth", "official",
                 "detr-r50-e632da11.pth", sha256="e632da11", licence="apache-2.0", metric={"box_ap": 42.0},
@@ -239,6 +241,13 @@ class DETRConfig(SetPrediction, ModelFamily):
                 revision="0f518b5f070d804a491a79b3ca78c0f6694c9429",
                 sha256="830f5e2eeaada8c8c8281779dcc8ab12833972eb8514ed0a35be6c1d4420ad81", licence="apache-2.0",
                 metric={"box_ap": 42.0}, dataset="COCO val2017"),
+        Release("detr_resnet101.coco", "https://dl.fbaipublicfiles.com/detr/detr-r101-2c7b67e5.pth", "official",
+                "detr-r101-2c7b67e5.pth", sha256="2c7b67e5", licence="apache-2.0", metric={"box_ap": 43.5},
+                dataset="COCO val2017"),
+        Release("detr_resnet101.hf_coco", "facebook/detr-resnet-101", "huggingface", "model.safetensors",
+                revision="05d4ab5acd30ea057b800e599ec5e53781f3ebaf",
+                sha256="86cec5ddf787238c249f1eee18c67d403ae04bf74b062766adfcc075ae467809", licence="apache-2.0",
+                metric={"box_ap": 43.5}, dataset="COCO val2017"),
     )}
     tasks: ClassVar[tuple[str, ...]] = ("detection",)
     title: ClassVar[str] = "DETR"
@@ -288,6 +297,13 @@ def detr_resnet50() -> DETRConfig:
     """The paper's DETR: ResNet-50 (frozen batch norm, stem and layer1 frozen), 6 + 6 post-norm layers of width 256
     with 8 heads and FFN 2048, 100 queries, 91 COCO category ids + no object."""
     return DETRConfig()
+
+
+@register_model
+def detr_resnet101() -> DETRConfig:
+    """detr_resnet50 on ResNet-101 (the paper's DETR-R101, 60M parameters): the same transformer and heads, the
+    backbone's C5 read after its 23-block layer3."""
+    return DETRConfig(backbone="resnet101")
 
 
 @register_model

@@ -37,7 +37,7 @@ from torch import nn
 from ..layers.blocks import EncoderBlock, PreNormDecoderBlock
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.tiling import tiled_apply
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
 # every degradation IPT knows, with the scale of its output; the pretrained model's task order is the official one
@@ -218,6 +218,19 @@ class IPT(nn.Module):
         return {"body.pos_embed", "body.query_embed"}
 
 
+_SR = "Set5, Set14, B100, Urban100 (×{} super-resolution, PSNR in dB on Y)"
+
+
+def _drive(tag: str, filename: str, metric: dict[str, float], dataset: str, overrides: dict, note: str = ""
+           ) -> Release:
+    """An IPT release in the authors' Google Drive folder; a fine-tuned one holds a single task's head and tail."""
+    notes = ["Google Drive folder: needs a browser", *([note] if note else []),
+             *(["one head, tail and query, as interop/ipt_formats reads a fine-tuned file; not checked against the "
+                "file"] if overrides else [])]
+    return Release(tag, "https://drive.google.com/drive/folders/1MVSdUX0YBExauG0fFz4ANiWTrq9xZEj7", "ipt", filename,
+                   licence="unknown", metric=metric, dataset=dataset, overrides=overrides, note="; ".join(notes))
+
+
 @register_config
 @dataclass(frozen=True)
 class IPTConfig(ModelFamily):
@@ -227,6 +240,30 @@ class IPTConfig(ModelFamily):
     description: ClassVar[str] = ("IPT (Chen et al., CVPR 2021): per-task convolutional heads and tails around one "
                                   "shared Transformer body, for super-resolution, denoising and deraining")
     columns: ClassVar[str] = "image: the body's input side; patch: its token patch; dim: a token's width"
+    # The authors' releases: one Google Drive folder (huawei-noah/Pretrained-IPT's README) holding the six-task
+    # pre-trained model and a model fine-tuned for each task, raw state dicts of the official code. The folder's
+    # file list is not published: the names are those the official README's users load (IPT_pretrain.pt, IPT_sr2.pt,
+    # IPT_sr4.pt, IPT_derain.pt, IPT_denoise30.pt). The repository states no licence of its own (its License.txt is
+    # DETR's Apache-2.0, for the code IPT took from DETR). The figures: PSNR (dB); super-resolution's from the README
+    releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
+        _drive("ipt_base.pretrain", "IPT_pretrain.pt", {}, "", {},
+               "the six-task model pre-trained on ImageNet, to fine-tune; its authors score only the fine-tuned ones"),
+        _drive("ipt_base.sr2", "IPT_sr2.pt", {"set5": 38.37, "set14": 34.43, "b100": 32.48, "urban100": 33.76},
+               _SR.format(2), {"degradations": ("sr2",)}),
+        _drive("ipt_base.sr3", "", {"set5": 34.81, "set14": 30.85, "b100": 29.38, "urban100": 29.49},
+               _SR.format(3), {"degradations": ("sr3",)},
+               "the file's name is not in any source seen (IPT_sr3.pt by its siblings' pattern)"),
+        _drive("ipt_base.sr4", "IPT_sr4.pt", {"set5": 32.64, "set14": 29.01, "b100": 27.82, "urban100": 27.26},
+               _SR.format(4), {"degradations": ("sr4",)}),
+        _drive("ipt_base.derain", "IPT_derain.pt", {"psnr": 41.62}, "Rain100L (PSNR, dB)",
+               {"degradations": ("derain",)},
+               "the figure is the paper's (as Papers with Code lists it), not the README's"),
+        _drive("ipt_base.denoise30", "IPT_denoise30.pt", {}, "", {"degradations": ("denoise30",)},
+               "no figure for σ = 30 found in the sources seen"),
+        _drive("ipt_base.denoise50", "", {"psnr": 29.39}, "CBSD68, color, σ = 50 (PSNR, dB)",
+               {"degradations": ("denoise50",)}, "the figure is the paper's (as Papers with Code lists it); the "
+               "file's name is not in any source seen (IPT_denoise50.pt by its siblings' pattern)"),
+    )}
 
     degradations: tuple[str, ...] = PAPER_DEGRADATIONS
     channels: int = 64  # n_feats: the heads' and tails' width; a token is channels · patch_dim² wide

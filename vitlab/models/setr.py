@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adapt import fresh_classifiers
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, ModelFamily, Release
 from .registry import get_config, register_config, register_model
 
 
@@ -264,6 +264,14 @@ class SETR(nn.Module):
         return {f"backbone.{name}" for name in self.backbone.no_weight_decay()}
 
 
+def _drive(tag: str, file_id: str, metric: dict[str, float], overrides: dict, dataset: str) -> Release:
+    """A SETR release: a Google Drive file of the official README, in the official code's layout."""
+    return Release(tag, f"https://drive.google.com/file/d/{file_id}/view?usp=sharing", "setr", licence="mit",
+                   metric=metric, dataset=dataset, overrides=overrides,
+                   note="Google Drive: needs a browser (a confirmation page stands before the file); the file's name "
+                        "and hash are not published")
+
+
 @register_config
 @dataclass(frozen=True)
 class SETRConfig(ModelFamily):
@@ -273,6 +281,39 @@ class SETRConfig(ModelFamily):
     description: ClassVar[str] = ("SETR (Zheng et al., CVPR 2021): a ViT encoder and a convolutional decoder for "
                                   "semantic segmentation")
     columns: ClassVar[str] = "image, patch, dim, depth, heads: its ViT encoder's"
+    # The authors' releases (fudan-zvg/SETR's README at 1361561, MIT): mmcv checkpoints on Google Drive, one per
+    # config in configs/SETR/, whose sizes the overrides give (ADE20K: 150 classes on 512 crops, Pascal Context: 60
+    # on 480). The figure: single-scale mIoU on the val split (and multi-scale with flips where the README gives it)
+    releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
+        _drive(f"setr_{decoder}_vit_large_patch16_384.{name}", file, metric, overrides, dataset)
+        for decoder, name, file, metric, overrides, dataset in (
+            ("naive", "cityscapes_80k", "1dplB4wceJhyVRQfZR5AWODywMN90CY0h", {"miou": 77.90}, {}, "Cityscapes val"),
+            ("naive", "cityscapes_40k", "1f3b7I7IwKx-hcr16afjcxkAyXyeNQCAz", {"miou": 77.37}, {}, "Cityscapes val"),
+            ("naive", "ade20k", "17ZlPBcJRKO3c3XoAeNutrExIETu23qKY", {"miou": 48.06, "miou_ms_flip": 48.80},
+             {"num_classes": 150, "img_size": 512}, "ADE20K val"),
+            ("naive", "pascal_context", "140T7-wQ3UOzHA0-6pjO3lik_5Vi5RvqJ", {"miou": 52.89, "miou_ms_flip": 53.61},
+             {"num_classes": 60, "img_size": 480}, "Pascal Context val"),
+            ("pup", "cityscapes_80k", "1469aYtEAuhT39BrHn0yOv1s71unF85JE", {"miou": 79.34}, {}, "Cityscapes val"),
+            ("pup", "cityscapes_40k", "1DcZltdh6eHwmQ5BvCdHudJRgJUjPzS56", {"miou": 78.39}, {}, "Cityscapes val"),
+            ("pup", "ade20k", "1hCeiz60ITgVPkWsrKwah8JnwM3G8VVL4", {"miou": 48.62, "miou_ms_flip": 50.09},
+             {"num_classes": 150, "img_size": 512}, "ADE20K val"),
+            ("pup", "pascal_context", "1kXZYyqjA96d2DTL-tRvQjixfDBIZFIyR", {"miou": 54.37, "miou_ms_flip": 55.27},
+             {"num_classes": 60, "img_size": 480}, "Pascal Context val"),
+            ("mla", "cityscapes_80k", "1ke6wcsCwP_J-p8sYriCZ3pC8G61bE0v_", {"miou": 77.24}, {}, "Cityscapes val"),
+            ("mla", "cityscapes_40k", "18k26X-xM7BEQZUjzkvroeGV-6XwPgBqN", {"miou": 76.65}, {}, "Cityscapes val"),
+            ("mla", "ade20k", "1Zcaut5LAKYibjyeCcD3m-aG-ETWW6uhA", {"miou": 47.79, "miou_ms_flip": 50.03},
+             {"num_classes": 150, "img_size": 512}, "ADE20K val"),
+            ("mla", "pascal_context", "1k5CwpKfpNUdAFWOuzwWz9PrRwiGS0Xu9", {"miou": 55.01, "miou_ms_flip": 55.83},
+             {"num_classes": 60, "img_size": 480}, "Pascal Context val"),
+            ("mla", "pascal_context_bs8", "1XvhUVIMcdcEYUYKudUcV99vOwhisYh61", {"miou": 54.39, "miou_ms_flip": 55.39},
+             {"num_classes": 60, "img_size": 480}, "Pascal Context val"),
+        )
+    )} | {r.tag: r for r in (
+        _drive("setr_naive_vit_base_patch16_384.cityscapes_80k", "1vOD1-PGNfuM9IUvwnm2CrAXsPkadoyW8", {"miou": 76.25},
+               {}, "Cityscapes val"),
+        _drive("setr_naive_vit_base_patch16_384.cityscapes_40k", "1kGzdSLCazsbgZe0Y1Lo6sNwv9s5V3CAp", {"miou": 75.54},
+               {}, "Cityscapes val"),
+    )}
 
     num_classes: int = 19
     decoder: str = "pup"  # "naive" | "pup" | "mla"
@@ -347,6 +388,14 @@ def setr_pup_vit_large_patch16_384() -> SETRConfig:
 @register_model
 def setr_mla_vit_large_patch16_384() -> SETRConfig:
     return _paper("mla")
+
+
+@register_model
+def setr_naive_vit_base_patch16_384() -> SETRConfig:
+    """The authors' SETR-Naive-Base (configs/SETR/SETR_Naive_Base_768x768_*_cityscapes_bs_8.py): ViT-B/16 (ImageNet-21k,
+    fine-tuned at 384) on 768 crops, 19 Cityscapes classes, auxiliary heads after blocks 3, 6 and 9."""
+    return SETRConfig(num_classes=19, decoder="naive", encoder="vit_base_patch16_384", img_size=768,
+                      aux_layers=(2, 5, 8))
 
 
 def _small(decoder: str) -> SETRConfig:

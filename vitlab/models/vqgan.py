@@ -32,7 +32,7 @@ from torch import nn
 from ..layers.blocks import SpatialSelfAttention
 from ..layers.conv import Downsample, NormResBlock, Upsample, same_conv
 from ..layers.quantize import VectorQuantizer
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
 
@@ -246,6 +246,35 @@ class VQGANConfig(ModelFamily):
                                   "codebook, trained with perceptual and adversarial losses")
     columns: ClassVar[str] = ("image: training size; patch: the downsampling factor f; dim: code width; depth: "
                               "levels; classes: codebook size")
+    # taming-transformers' ImageNet VQGANs (its README's table, MIT): training checkpoints (last.ckpt, discriminator
+    # included) in the authors' Heidelberg Seafile shares; the figure: reconstruction FID against ImageNet val. And
+    # the VQ-f4 autoencoder of latent diffusion as diffusers hosts it beside its CelebA-HQ LDM (vqvae/, no
+    # discriminator), with the figure latent-diffusion's README gives for VQ-f4. Both libraries place β the other way
+    # round from the paper (layers/quantize.py), hence legacy=True
+    releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
+        Release("vqgan_f16_1024.imagenet",
+                "https://heibox.uni-heidelberg.de/d/8088892a516d4e3baf92/files/?p=%2Fckpts%2Flast.ckpt&dl=1",
+                "taming", "last.ckpt", licence="mit", metric={"rfid": 7.94}, dataset="ImageNet val",
+                overrides={"legacy": True},
+                note="no hash published; the share's configs/model.yaml was not read: the architecture is the "
+                     "repository's configs/imagenet_vqgan.yaml (1024 codes, the loss's default 3-layer "
+                     "discriminator)"),
+        Release("vqgan_f16_16384.imagenet",
+                "https://heibox.uni-heidelberg.de/d/a7530b09fed84f80a887/files/?p=%2Fckpts%2Flast.ckpt&dl=1",
+                "taming", "last.ckpt", licence="mit", metric={"rfid": 4.98}, dataset="ImageNet val",
+                overrides={"legacy": True},
+                note="no hash published; its 2-layer discriminator (disc_num_layers: 2) is from a third-party copy "
+                     "of the share's configs/model.yaml, not read from the share itself"),
+        Release("vqgan_f4_ldm.hf_celebahq", "CompVis/ldm-celebahq-256", "diffusers",
+                "vqvae/diffusion_pytorch_model.bin", revision="03978f22272a3c2502da709c3940e227c9714bdd",
+                sha256="051f55600f2ae1a018b1c1e4c7e3c7ac81aaff9bb1cb35bb646aed1e30e16ad3", licence="apache-2.0",
+                metric={"rfid": 0.58}, dataset="latent-diffusion's autoencoder table (rFID vs val)",
+                overrides={"disc_layers": 0, "legacy": True},
+                note="a pickle (vqvae/config.json beside it); the revision's first 7 digits are the Hugging Face "
+                     "page's, the full id a third-party snapshot path's; that this is latent-diffusion's VQ-f4 "
+                     "(which the CelebA-HQ LDM config loads, frozen) and so has its figure is inferred, not "
+                     "checked against the file"),
+    )}
 
     in_chans: int = 3
     out_chans: int | None = None  # None: as many as in_chans
@@ -289,6 +318,21 @@ class VQGANConfig(ModelFamily):
 def vqgan_f16_1024() -> VQGANConfig:
     """The paper's ImageNet VQGAN: f = 16 (a 256² image is 16×16 codes), 1024 codes of width 256."""
     return VQGANConfig()
+
+
+@register_model
+def vqgan_f16_16384() -> VQGANConfig:
+    """taming's larger ImageNet VQGAN: vqgan_f16_1024 with 16384 codes, trained against a 2-layer discriminator."""
+    return VQGANConfig(num_codes=16384, disc_layers=2)
+
+
+@register_model
+def vqgan_f4_ldm() -> VQGANConfig:
+    """Latent diffusion's VQ-f4 autoencoder (latent-diffusion's models/first_stage_models/vq-f4/config.yaml): f = 4
+    (a 256² image is 64×64 codes), widths 128, 256, 512, no attention but the middle's, 8192 codes of width 3;
+    trained against taming's default 3-layer discriminator."""
+    return VQGANConfig(ch=128, ch_mult=(1, 2, 4), num_res_blocks=2, attn_resolutions=(), z_channels=3, embed_dim=3,
+                       num_codes=8192)
 
 
 @register_model
