@@ -225,9 +225,19 @@ def test_vitlab_download_fetches_ahead_and_copies_to_a_folder_for_an_offline_mac
 def test_models_pretrained_lists_every_release_with_its_figure(capsys):
     assert main(["models", "--pretrained"]) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
     for release in vitlab.list_pretrained():
-        line = next(line for line in out.splitlines() if line.startswith(release.tag + " "))
-        assert release.dataset in line and str(next(iter(release.metric.values()))) in line
+        at = next(i for i, line in enumerate(lines) if line.startswith(release.tag + " "))
+        shown = "\n".join(lines[at:at + 3])
+        assert (release.dataset in shown and all(f"{k} {v}" in shown for k, v in release.metric.items())
+                if release.metric else "note: " + release.note in shown), release.tag
     assert main(["models", "--pretrained", "detr"]) == 0
     assert {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:-1] if not line.startswith(" ")} \
         == {r.tag for r in vitlab.list_pretrained("detr*")}
+
+
+def test_a_release_that_needs_a_browser_says_so_before_any_request(local_hub):
+    release = vitlab.list_pretrained("ipt_base.pretrain")[0]
+    with pytest.raises(DownloadError, match="needs a browser") as error:
+        hub.fetch(release.tag)
+    assert release.source in str(error.value) and local_hub.requests == []

@@ -58,11 +58,15 @@ def list_releases(pattern: str) -> int:
     if not releases:
         raise ValueError(f"no release matches {pattern!r}; `vitlab models --pretrained` lists all of them")
     width = max(len(r.tag) for r in releases)
-    print(f"{'release':<{width}}  {'reported':<16} {'on':<22} {'licence':<12} source")
+    print(f"{'release':<{width}}  {'reported':<16} {'on':<24} {'licence':<10} source")
     for r in releases:
-        figure = ", ".join(f"{key} {value}" for key, value in r.metric.items())
+        key, value = next(iter(r.metric.items()), ("—", ""))  # the first figure; all of them on the next line
+        dataset = r.dataset if len(r.dataset) <= 24 else r.dataset[:23] + "…"
         source = r.source + (f"@{r.revision[:7]}" if r.revision else "")
-        print(f"{r.tag:<{width}}  {figure:<16} {r.dataset:<22} {r.licence:<12} {source}")
+        print(f"{r.tag:<{width}}  {f'{key} {value}':<16} {dataset:<24} {r.licence:<10} {source}")
+        if len(r.metric) > 1 or len(r.dataset) > 24:
+            figures = ", ".join(f"{k} {v}" for k, v in r.metric.items())
+            print(f"{'':<{width}}  reported: {figures} on {r.dataset}")
         if r.note:
             print(f"{'':<{width}}  note: {r.note}")
     print(f"{len(releases)} releases; load one with --weights TAG, or vitlab.create_model(name, pretrained=TAG)")

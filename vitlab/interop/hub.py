@@ -31,6 +31,7 @@ HF_HUB_PREFIX = "hf-hub:"
 # the weights a Hugging Face folder may hold, in the order they are preferred (safetensors: no unpickling)
 HUB_WEIGHT_FILES = ("model.safetensors", "diffusion_pytorch_model.safetensors", "pytorch_model.bin",
                     "diffusion_pytorch_model.bin")
+NEEDS_A_BROWSER = ("drive.google.com",)  # a confirmation page stands before the file
 URL_CACHE_FOLDER = "vitlab--url-releases"  # in the hub's cache, beside its models--org--name folders
 
 __all__ = ["HF_HUB_PREFIX", "ChecksumError", "DownloadError", "OfflineError", "UnknownReleaseError", "cache_dir",
@@ -224,6 +225,10 @@ def _fetch_release(release: Release, offline: bool) -> Path:
         with contextlib.suppress(EntryNotFoundError):  # what the keys cannot say (a timm model's name, a label map)
             _hub_file(where[0], "config.json", *where[1:])
         return weights
+    if urlparse(release.source).hostname in NEEDS_A_BROWSER:
+        raise DownloadError(f"{release.tag} is on {urlparse(release.source).hostname}, which needs a browser: open "
+                            f"{release.source}, download the file and give its path to --weights (or weights=); "
+                            f"{release.note}")
     filename = release.filename or Path(urlparse(release.source).path).name
     target = cache_dir() / URL_CACHE_FOLDER / release.tag / filename
     if target.is_file():
