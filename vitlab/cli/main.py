@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 OFFLINE_HELP = ("released weights from the Hugging Face cache only, never the network (as HF_HUB_OFFLINE=1); "
-                "`vitlab download` fetches them ahead of time")
+                "`vitlab download` fetches them ahead of time (default: off, or HF_HUB_OFFLINE)")
 
 
 def main(argv: list[str] | None = None) -> int:

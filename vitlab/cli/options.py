@@ -33,6 +33,13 @@ def _shown(default: Any) -> str:
     return " ".join(map(str, default)) if isinstance(default, tuple) else str(default)
 
 
+def _true_or_false(text: str) -> bool:
+    words = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+    if text.lower() not in words:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return words[text.lower()]
+
+
 def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
@@ -57,6 +64,8 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         value_type, nargs = _value_type(hints[field.name])
         if meta.get("repeat"):
             kwargs.update(action="append", type=value_type, metavar=meta.get("metavar"))
+        elif value_type is bool and meta.get("valued"):
+            kwargs.update(type=_true_or_false, metavar="true|false")
         elif value_type is bool:
             kwargs["action"] = "store_false" if default is True else "store_true"
         else:
@@ -74,7 +83,7 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
 def given(args: argparse.Namespace, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """The options the user typed (generated options are absent from the namespace otherwise)."""
     return {key: value for key, value in vars(args).items()
-            if key not in ("command", "run", *exclude)}
+            if key not in ("command", "run", "offline", *exclude)}
 
 
 def add_task_options(parser: argparse.ArgumentParser, attribute: str) -> list[str]:

@@ -38,12 +38,16 @@ from torch import nn
 from ..engine.config import LoopConfig
 from ..engine.distributed import DistInfo
 from ..engine.loop import TaskData
+from .weights_options import released
 
 
 def with_absolute_paths(config: Any, *keys: str) -> Any:
     """The config with each named path option that is set made absolute (~ expanded): a run's config.json must
-    name its files from any working directory."""
-    changes = {key: str(Path(getattr(config, key)).expanduser().resolve()) for key in keys if getattr(config, key)}
+    name its files from any working directory. Released weights by name (a tag, hf-hub:org/name) stay names."""
+    from ..interop.hub import names_remote_weights
+
+    changes = {key: str(Path(getattr(config, key)).expanduser().resolve()) for key in keys
+               if getattr(config, key) and not names_remote_weights(getattr(config, key))}
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -87,11 +91,28 @@ class Task:
     needs_image: ClassVar[bool] = True  # the server's answer needs an uploaded image
     page: ClassVar[str | None] = None  # the server page's layout for it (serve/page.py); None: its answer as JSON
     commands: ClassVar[tuple[str, ...]] = ()  # the task's own `vitlab` commands besides eval and predict
+    default_model: ClassVar[str | None] = None  # built where --model is not given and --weights names no release
 
     def __init__(self, config: Any, loop: LoopConfig | None = None, dist: DistInfo | None = None) -> None:
-        self.config = config
+        self.config = self.with_model(config)
         self.loop = loop or LoopConfig()
         self.dist = dist or DistInfo()
+
+    @classmethod
+    def with_model(cls, config: Any) -> Any:
+        """The config with `model` filled in where not given: the model of the release --weights names (so that
+        `vitlab train --weights detr_resnet50.coco --data DIR` fine-tunes DETR-R50), else the task's default."""
+        if getattr(config, "model", "") is not None:
+            return config
+        release = released(getattr(config, "weights", None))
+        model = release.model if release else cls.default_model
+        return dataclasses.replace(config, model=model) if model else config
+
+    def release_overrides(self) -> dict[str, Any]:
+        """The config fields the release --weights names sets (a two-stage Deformable DETR, ADE20K's 150 classes),
+        where it is a release of this run's model; the task's own arguments (its classes, its crop) come after."""
+        release = released(getattr(self.config, "weights", None))
+        return dict(release.overrides) if release and release.model == self.config.model else {}
 
     @classmethod
     def loop_defaults(cls, config: Any) -> dict[str, Any]:

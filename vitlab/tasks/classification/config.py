@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...engine.options import OptionError, check, check_choices, option
+from ..weights_options import WEIGHTS_BY_NAME, strict_option
 from .recipes import recipe_for
 
 RECIPE = "the data's recipe"
@@ -20,8 +21,10 @@ class ClassificationConfig:
     model: str | None = option(None, "registered model name (`vitlab models` lists them)", default_text=RECIPE)
     model_overrides: dict[str, Any] = option(help="model config fields to change", cli=False, default_factory=dict)
     weights: str | None = option(None, "start from these weights (a run folder or a checkpoint file of any "
-                                 "supported format; a head of another class count is replaced)", metavar="PATH",
+                                 "supported format; a head of another class count is replaced)"
+                                 + WEIGHTS_BY_NAME, metavar="PATH",
                                  default_text="random")
+    strict: bool = strict_option()
     img_size: int | None = option(None, "image side the model sees", default_text=RECIPE)
     crop_padding: int | None = option(None, "random shift of up to this many pixels; folders without it use "
                                       "random-resized crops", default_text=RECIPE)

@@ -22,9 +22,11 @@ from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader, TensorLoader
 from ...engine.loop import TaskData
 from ...engine.run import weights_file
+from ...interop.hub import names_remote_weights
 from ...models.deit import DistilledOutput
-from ...models.registry import create_model
+from ...models.registry import create_model, get_config
 from ..base import Task, register_task
+from ..weights_options import released
 from .config import (
     ClassificationConfig,
     ClassificationEvalOptions,
@@ -37,7 +39,8 @@ from .recipes import recipe_for
 
 
 def _absolute(path: str | None) -> str | None:
-    return str(Path(path).expanduser().resolve()) if path else None
+    """A path made absolute; released weights by name (a tag, hf-hub:org/name) stay names."""
+    return str(Path(path).expanduser().resolve()) if path and not names_remote_weights(path) else path
 
 
 @register_task
@@ -55,12 +58,18 @@ class ClassificationTask(Task):
     resumable: ClassVar[tuple[str, ...]] = ("data_dir",)
 
     def __init__(self, config: ClassificationConfig, loop=None, dist: DistInfo | None = None) -> None:
+        config = self.with_model(config)  # a release's model where --model is not given, before the recipe's
+        release = released(config.weights)
+        if release and release.model == config.model and config.img_size is None:  # fine-tune at its resolution
+            size = get_config(release.model, **release.overrides).img_size
+            config = dataclasses.replace(config, img_size=size if isinstance(size, int) else size[0])
         config = config.resolved()
         data = config.data
         if Path(data).expanduser().is_dir():
             data = _absolute(data)  # so resume, eval and predict work from any directory
         config = dataclasses.replace(config, data=data, data_dir=_absolute(config.data_dir),
-                                     weights=_absolute(config.weights), teacher=_absolute(config.teacher))
+                                     weights=_absolute(config.weights),
+                                     teacher=_absolute(config.teacher))
         super().__init__(config, loop, dist)
         self.bundle: DatasetBundle | None = None
 
@@ -78,7 +87,9 @@ class ClassificationTask(Task):
 
     @classmethod
     def loop_defaults(cls, config: ClassificationConfig) -> dict[str, Any]:
-        return recipe_for(config.data)["loop"]
+        # fine-tuning a release: the data's recipe at a tenth or less of its learning rate (AdamW at 1e-4, as is
+        # usual for fine-tuning a ViT with it), so the first steps do not wash out what the release learnt
+        return {**recipe_for(config.data)["loop"], **({"lr": 1e-4} if released(config.weights) else {})}
 
     @classmethod
     def recipes(cls) -> dict[str, dict[str, Any]]:
@@ -168,10 +179,11 @@ class ClassificationTask(Task):
         from ...interop.weights import load_weights
 
         c, b = self.config, self.bundle
-        model = create_model(c.model, num_classes=b.num_classes, in_chans=b.channels, img_size=b.img_size,
-                             drop_path_rate=c.drop_path, **c.model_overrides)
+        model = create_model(c.model, **{**self.release_overrides(), "num_classes": b.num_classes,
+                                         "in_chans": b.channels, "img_size": b.img_size, "drop_path_rate": c.drop_path,
+                                         **c.model_overrides})
         if c.weights:
-            load_weights(model, weights_file(c.weights))
+            load_weights(model, weights_file(c.weights), strict=c.strict)
         teacher = load_teacher(c.teacher, b).to(self.dist.device) if c.teacher else None
         self.criterion = DistillationLoss(teacher, c.distill, c.distill_alpha, c.distill_tau, c.label_smoothing)
         self.mix = mixup_cutmix(c.mixup, c.cutmix, b.num_classes)

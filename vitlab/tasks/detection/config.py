@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.options import check, option
+from ..weights_options import WEIGHTS_BY_NAME, strict_option
 
 
 @dataclass(frozen=True)
@@ -14,10 +15,13 @@ class DetectionConfig:
     data: str | None = option(None, "a COCO-format folder: images/{train,val}/ + annotations/instances_{train,val}"
                               ".json (vitlab make-scenes), or COCO's train2017/ + val2017/", metavar="DIR",
                               default_text="none, give one")
-    model: str = option("detr_small", "a registered detector (vitlab models 'detr*' or 'deformable_detr*')")
+    model: str | None = option(None, "a registered detector (vitlab models 'detr*' or 'deformable_detr*')",
+                               default_text="detr_small; with --weights TAG: the release's")
     weights: str | None = option(None, "start from these weights: a vitlab file or run, an official DETR .pth, "
-                                 "a Hugging Face DetrForObjectDetection folder", metavar="PATH",
+                                 "a Hugging Face DetrForObjectDetection folder"
+                                 + WEIGHTS_BY_NAME, metavar="PATH",
                                  default_text="random")
+    strict: bool = strict_option()
     backbone_weights: str | None = option(None, "start the backbone from a ResNet classifier's weights (a "
                                           "torchvision or timm file, a vitlab resnet run); --weights wins",
                                           metavar="PATH", default_text="random")

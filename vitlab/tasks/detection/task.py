@@ -64,6 +64,7 @@ class DetectionTask(Task):
     ServeOptions: ClassVar[type] = DetectionServeOptions
     page: ClassVar[str] = "boxes"
     model_noun: ClassVar[str] = "a detector"
+    default_model: ClassVar[str] = "detr_small"
     Config: ClassVar[type] = DetectionConfig
     best: ClassVar[tuple[str, str]] = ("val_map", "max")
     sample_name: ClassVar[str] = "images"
@@ -150,13 +151,14 @@ class DetectionTask(Task):
         self.model_config()
         overrides = {key: getattr(c, key) for key in ("num_queries", "dropout") if getattr(c, key) is not None}
         classes = num_classes or self.train_set.num_classes
-        model = create_model(c.model, num_classes=classes, aux_loss=c.aux_loss, **overrides)
+        model = create_model(c.model, **{**self.release_overrides(), "num_classes": classes, "aux_loss": c.aux_loss,
+                                         **overrides})
         if c.weights or c.backbone_weights:
             from ...engine.run import weights_file
             from ...interop.weights import load_weights, read_state_dict
 
             if c.weights:
-                load_weights(model, weights_file(c.weights))
+                load_weights(model, weights_file(c.weights), strict=c.strict)
             else:
                 classifier = read_state_dict(weights_file(c.backbone_weights))[0]
                 load_weights(model.backbone, classifier_to_backbone_state(classifier, model.backbone))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.options import check, option
+from ..weights_options import WEIGHTS_BY_NAME, strict_option
 
 PERCEPTUAL_HELP = ("weight of a perceptual (LPIPS) term in the reconstruction loss. Off by default: LPIPS needs "
                    "pretrained VGG weights, which vitlab cannot download; with a weight above 0 the `lpips` package "
@@ -20,9 +21,12 @@ class VQGANTaskConfig:
                                   metavar="DIR", default_text="search, then download")
     allow_partial_data: bool = option(False, "accept a Fashion-MNIST copy with fewer images than the official "
                                       "60,000/10,000")
-    model: str = option("vqgan_small", "vqgan_small (Fashion-MNIST at 32×32), vqgan_f16_1024 (the paper's)")
+    model: str | None = option(None, "vqgan_small (Fashion-MNIST at 32×32), vqgan_f16_1024 (the paper's)",
+                               default_text="vqgan_small; with --weights TAG: the release's")
     weights: str | None = option(None, "start from these weights: a vqgan run, a vitlab file, a taming checkpoint or "
-                                 "a diffusers VQModel folder", metavar="PATH", default_text="random")
+                                 "a diffusers VQModel folder"
+                                 + WEIGHTS_BY_NAME, metavar="PATH", default_text="random")
+    strict: bool = strict_option()
     img_size: int | None = option(None, "image side: Fashion-MNIST is padded, folder images resized to it",
                                   default_text="the model's resolution")
     val_fraction: float | None = option(None, "share of the training images held out to select the best checkpoint "

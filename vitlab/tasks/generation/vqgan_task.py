@@ -52,6 +52,7 @@ class VQGANTask(Task):
     ServeOptions: ClassVar[type] = VQGANServeOptions
     page: ClassVar[str] = "reconstruction"
     model_noun: ClassVar[str] = "a VQGAN"
+    default_model: ClassVar[str] = "vqgan_small"
     Config: ClassVar[type] = VQGANTaskConfig
     best: ClassVar[tuple[str, str]] = ("val_psnr", "max")
     sample_name: ClassVar[str] = "images"
@@ -75,7 +76,7 @@ class VQGANTask(Task):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def image_size(self) -> int:
-        return self.config.img_size or get_config(self.config.model).resolution
+        return self.config.img_size or get_config(self.config.model, **self.release_overrides()).resolution
 
     @classmethod
     def check_data(cls, data: str, **options: Any) -> list[Any]:
@@ -85,7 +86,7 @@ class VQGANTask(Task):
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         c, loop = self.config, self.loop
-        model_config = get_config(c.model)
+        model_config = get_config(c.model, **self.release_overrides())
         self.images = load_generation_images(c.data, c.data_dir, self.image_size(), model_config.in_chans,
                                              c.val_fraction, loop.seed, not c.allow_partial_data,
                                              skip_bad_images=c.skip_bad_images)
@@ -114,11 +115,11 @@ class VQGANTask(Task):
         config = self.model_config()
         if not config.disc_layers:
             raise OptionError("model", f"{c.model} has no discriminator (disc_layers=0); training needs one")
-        model = create_model(c.model, resolution=self.image_size())
+        model = create_model(c.model, **{**self.release_overrides(), "resolution": self.image_size()})
         if c.weights:
             from ...interop.weights import load_weights
 
-            load_weights(model, c.weights)
+            load_weights(model, c.weights, strict=c.strict)
         return model
 
     def optimized_modules(self, model: nn.Module) -> dict[str, nn.Module]:

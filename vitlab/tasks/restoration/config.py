@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ...data.degradations import DEGRADATIONS, check_degradation
 from ...engine.options import check, option
 from ...models.ipt import PAPER_DEGRADATIONS
+from ..weights_options import WEIGHTS_BY_NAME, strict_option
 
 # the paper's six tasks, in the order of its released checkpoints' heads and tails
 PAPER_TASKS = ",".join(PAPER_DEGRADATIONS)
@@ -30,13 +31,16 @@ class RestorationConfig:
     data: str | None = option(None, "photographs to train on: `vitlab fetch-photos`' folder (its train photographs), "
                               "a folder with train/ and test/ (or val/) image folders, or one folder of HR images "
                               "(DIV2K, ...)", metavar="DIR", default_text="none: required")
-    model: str = option("ipt_small", "ipt_small, ipt_base, or the CNN baseline edsr_baseline")
+    model: str | None = option(None, "ipt_small, ipt_base, or the CNN baseline edsr_baseline",
+                               default_text="ipt_small; with --weights TAG: the release's")
     degradations: str = option(PAPER_TASKS, "the tasks, comma-separated, one head and tail each: sr2 sr3 sr4 "
                                "(bicubic ×2/×3/×4), denoise30 denoise50 (Gaussian σ on 0–255), derain (synthetic "
                                "streaks)", metavar="LIST")
     weights: str | None = option(None, "start from these weights: a restoration run, a file in vitlab's names, or an "
                                  "official IPT checkpoint (IPT_pretrain.pt, IPT_sr2.pt, ...); heads, tails and task "
-                                 "embeddings are matched by task name", metavar="PATH", default_text="random")
+                                 "embeddings are matched by task name"
+                                 + WEIGHTS_BY_NAME, metavar="PATH", default_text="random")
+    strict: bool = strict_option()
     patches_per_task: int = option(1600, "training patches of each task per epoch (random crops, drawn afresh)")
     halve: bool = option(True, "halve the photographs first (PIL bicubic): the wallpapers' JPEG and demosaicing "
                          "artefacts wash out", flag="--no-halve")

@@ -84,6 +84,7 @@ class RestorationTask(Task):
     ServeOptions: ClassVar[type] = RestorationServeOptions
     page: ClassVar[str] = "restored"
     model_noun: ClassVar[str] = "a restoration model"
+    default_model: ClassVar[str] = "ipt_small"
     Config: ClassVar[type] = RestorationConfig
     best: ClassVar[tuple[str, str]] = ("val_psnr_y", "max")
     sample_name: ClassVar[str] = "patches"
@@ -105,7 +106,7 @@ class RestorationTask(Task):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def patch_size(self) -> int:
-        config = get_config(self.config.model)
+        config = get_config(self.config.model, **self.release_overrides())
         return int(getattr(config, "patch_size", 48))
 
     @classmethod
@@ -169,7 +170,7 @@ class RestorationTask(Task):
     def build_model(self) -> nn.Module:
         c = self.config
         self.model_config()
-        model = create_model(c.model, degradations=self.tasks)
+        model = create_model(c.model, **{**self.release_overrides(), "degradations": self.tasks})
         if c.contrastive_weight > 0 and "return_tokens" not in inspect.signature(model.forward).parameters:
             raise OptionError("contrastive_weight", f"needs a transformer's token features (IPT's); {c.model} has "
                                                     f"none")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.options import check, option
+from ..weights_options import WEIGHTS_BY_NAME, strict_option
 
 
 @dataclass(frozen=True)
@@ -14,10 +15,13 @@ class SegmentationConfig:
     data: str | None = option(None, "a segmentation folder: images/{train,val}/ + masks/{train,val}/ (vitlab "
                               "make-scenes), Pascal VOC's layout, or images/ + masks/", metavar="DIR",
                               default_text="none: required")
-    model: str = option("setr_pup_small", "a SETR model (vitlab models 'setr*')")
+    model: str | None = option(None, "a SETR model (vitlab models 'setr*')",
+                               default_text="setr_pup_small; with --weights TAG: the release's")
     weights: str | None = option(None, "start from these weights: a SETR run or file, or any ViT checkpoint vitlab "
-                                 "reads (timm, Hugging Face, .npz, a vitlab run) for the encoder", metavar="PATH",
+                                 "reads (timm, Hugging Face, .npz, a vitlab run) for the encoder"
+                                 + WEIGHTS_BY_NAME, metavar="PATH",
                                  default_text="random")
+    strict: bool = strict_option()
     num_classes: int | None = option(None, "classes, background included", default_text="the data's (its class "
                                      "names, or the largest mask value + 1)")
     crop_size: int | None = option(None, "training crops of this many pixels square", default_text="the model's "

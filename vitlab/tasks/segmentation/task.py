@@ -49,6 +49,7 @@ class SegmentationTask(Task):
     ServeOptions: ClassVar[type] = SegmentationServeOptions
     page: ClassVar[str] = "mask"
     model_noun: ClassVar[str] = "a segmentation model"
+    default_model: ClassVar[str] = "setr_pup_small"
     Config: ClassVar[type] = SegmentationConfig
     best: ClassVar[tuple[str, str]] = ("val_miou", "max")
     sample_name: ClassVar[str] = "images"
@@ -69,7 +70,7 @@ class SegmentationTask(Task):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def crop_size(self) -> int:
-        return self.config.crop_size or int(get_config(self.config.model).img_size)
+        return self.config.crop_size or int(get_config(self.config.model, **self.release_overrides()).img_size)
 
     def datasets(self, train_transforms: bool = True
                  ) -> tuple[SegmentationDataset, SegmentationDataset, SegmentationDataset | None]:
@@ -142,9 +143,10 @@ class SegmentationTask(Task):
         c = self.config
         self.model_config()
         classes = num_classes or len(self.class_names)
-        model = create_model(c.model, num_classes=classes, img_size=self.crop_size())
+        model = create_model(c.model, **{**self.release_overrides(), "num_classes": classes,
+                                         "img_size": self.crop_size()})
         if c.weights:
-            load_start(model, c.weights)
+            load_start(model, c.weights, strict=c.strict)
         return model
 
     def lr_scales(self) -> dict[str, float]:
@@ -193,7 +195,7 @@ class SegmentationTask(Task):
         return {"miou": result["miou"], "pixel_acc": result["pixel_acc"]}
 
 
-def load_start(model: nn.Module, path: str) -> None:
+def load_start(model: nn.Module, path: str, strict: bool = True) -> None:
     """Weights to start from: a SETR (a run, or a file in vitlab's names) loads whole; any ViT checkpoint vitlab
     reads starts the encoder (its head and final norm left out, positions resampled to the crop)."""
     from ...engine.run import weights_file
@@ -202,8 +204,8 @@ def load_start(model: nn.Module, path: str) -> None:
 
     state, info = read_checkpoint(weights_file(path))
     if any(key.startswith(("decode_head.", "backbone.")) for key in state):
-        load_weights(model, state)
+        load_weights(model, state, strict=strict)
         return
     if info.norm_eps is not None:
         set_norm_eps(model.backbone, info.norm_eps)
-    load_weights(model.backbone, model.encoder_state(state))
+    load_weights(model.backbone, model.encoder_state(state), strict=strict)

@@ -1,0 +1,26 @@
+"""The options every task that starts from weights shares: what `--weights` also takes, and `--strict`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..engine.options import option
+from ..models.family import Release
+
+WEIGHTS_BY_NAME = ("; or released weights by name: a release tag (vitlab models --pretrained), whose model is "
+                   "built where --model is not given, or hf-hub:org/name[@revision]")
+
+
+def strict_option() -> Any:
+    return option(True, "refuse --weights whose keys do not fit the model, listing them (a head for another class "
+                  "count and positions for another grid are adapted, with a warning); false: load what fits",
+                  valued=True)
+
+
+def released(weights: str | None) -> Release | None:
+    """The release a --weights value names by its tag (None for a file, a run, an hf-hub: name, or nothing)."""
+    from ..interop.hub import HF_HUB_PREFIX, find_release, names_remote_weights
+
+    if not weights or str(weights).startswith(HF_HUB_PREFIX) or not names_remote_weights(weights):
+        return None
+    return find_release(str(weights))
