@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .options import add_weights_flag
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -23,13 +25,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="how rollout combines the heads of a layer (default: mean)")
     p.add_argument("--discard-ratio", type=float, default=0.0,
                    help="share of the lowest attentions zeroed in each row before rollout (default: 0.0)")
-    p.add_argument("--weights", choices=["last", "best"], default="last", help="checkpoint (default: last)")
+    add_weights_flag(p, "last", "last")
     p.set_defaults(run=run_attention)
 
     q = subparsers.add_parser("inspect", help="position-embedding similarity and patch-filter components")
     q.add_argument("run_dir", metavar="RUN_DIR", help="run folder from `vitlab train` (or a vitlab .safetensors)")
     q.add_argument("--out", required=True, help="folder for the PNG files (default: none, required)")
-    q.add_argument("--weights", choices=["last", "best"], default="last", help="checkpoint (default: last)")
+    add_weights_flag(q, "last", "last")
     q.set_defaults(run=run_inspect)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import add_task_options, task_options
+from .options import add_task_options, add_weights_flag, task_options
 from .runtime_flags import add_runtime_flags, on_runtime
 
 FIELDS: list[str] = []
@@ -19,9 +19,7 @@ FIELDS: list[str] = []
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="evaluate a trained run on its test data (or other data)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
-    p.add_argument("--weights", choices=["last", "best", "ema"], default=None,
-                   help="which checkpoint (default: best, the one selected on validation data; last where the run "
-                        "kept no best)")
+    add_weights_flag(p, None, "best, the one selected on validation data; last where the run kept no best")
     p.add_argument("--split", choices=["test", "val"], default="test",
                    help="which part of the run's data to score (default: test; the validation part where the data "
                         "has no test part, and the answer says so)")
@@ -34,12 +32,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..engine.run import RunDir
     from ..tasks import load_task
+    from ..tasks.launch import load_run_model
 
     task, saved = load_task(args.run_dir)
     options = task_options(args, FIELDS, task, "EvalOptions")
     run_dir = RunDir(args.run_dir)
     args.weights = args.weights or run_dir.kept_weights("best")
-    model = run_dir.load_model(args.weights)
+    model = load_run_model(run_dir.path, args.weights)
     if task.python_loop:
         if args.runtime != "torch" or args.precision != "fp32":
             raise ValueError(task.python_loop)

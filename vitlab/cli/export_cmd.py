@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
+
+from .options import add_weights_flag
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a trained run (or a vitlab .safetensors file) for a runtime")
-    p.add_argument("source", metavar="RUN_DIR", help="run folder from `vitlab train`, or a vitlab .safetensors file")
+    p.add_argument("source", metavar="RUN_DIR", help="run folder from `vitlab train`, a vitlab .safetensors file, or "
+                   "released weights by name: a release tag (vitlab models --pretrained) or hf-hub:org/name[@rev]")
     p.add_argument("--format", choices=["onnx", "openvino", "exported-program"], default="onnx",
                    help="onnx (onnxruntime), openvino (an .xml with its .bin) or exported-program (torch.export "
                    ".pt2) (default: onnx)")
-    p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx, model.xml or model.pt2; a restorer "
-                   "with several tasks: one file per task, model-TASK.onnx)")
-    p.add_argument("--weights", choices=["last", "best", "ema"], default="last",
-                   help="which checkpoint of a run folder (default: last)")
+    p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx, model.xml or model.pt2; a release: "
+                   "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx)")
+    add_weights_flag(p, "last", "last, for a run folder")
     p.add_argument("--task", help="a restoration run: the degradation to export, e.g. sr2 (default: every one)")
     p.add_argument("--no-optimize", action="store_true", help="ONNX: skip onnxruntime's transformer optimizer "
                    "(default: fuse a ViT's LayerNorm, GELU and bias additions)")
@@ -25,18 +28,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..interop import load_model
+    from ..interop.convert import model_from_checkpoint
+    from ..interop.hub import names_remote_weights
     from ..runtime.export import FORMATS, export_graph
     from ..runtime.graphs import graph_for
+    from ..tasks.launch import load_run_model
 
     source = Path(args.source)
-    weights = source / f"{args.weights}.safetensors" if source.is_dir() else source
-    if not weights.is_file():
-        raise FileNotFoundError(f"no weights at {weights}: give a run folder from `vitlab train` or a .safetensors")
-    folder = source if source.is_dir() else source.parent
-    out = Path(args.out) if args.out else folder / f"model{FORMATS[args.format]}"
+    if names_remote_weights(args.source):  # a release: the model it names, built to its file
+        model = model_from_checkpoint(args.source).eval()
+        default_out = Path(re.sub(r"[^A-Za-z0-9_.-]+", "_", args.source.removeprefix("hf-hub:")) + FORMATS[args.format])
+    elif source.is_dir():
+        model = load_run_model(source, args.weights)
+        default_out = source / f"model{FORMATS[args.format]}"
+    elif source.is_file():
+        model = load_model(source).eval()
+        default_out = source.parent / f"model{FORMATS[args.format]}"
+    else:
+        raise FileNotFoundError(f"no weights at {source}: give a run folder from `vitlab train`, a .safetensors, or "
+                                f"a release tag (vitlab models --pretrained)")
+    out = Path(args.out) if args.out else default_out
     if out.suffix != FORMATS[args.format]:
         raise ValueError(f"--out {out}: a {args.format} file ends in {FORMATS[args.format]}")
-    model = load_model(weights).eval()
     tasks: list[str | None] = [None]
     if hasattr(model, "task_names"):  # one graph per task
         tasks = [args.task] if args.task else list(model.task_names)

@@ -40,6 +40,16 @@ def _true_or_false(text: str) -> bool:
     return words[text.lower()]
 
 
+WEIGHTS_HELP = ("the run's last, best or ema checkpoint, or other weights for the run's model: a file, a release "
+                "tag (vitlab models --pretrained) or hf-hub:org/name[@revision]")
+
+
+def add_weights_flag(parser: argparse.ArgumentParser, default: str | None, default_text: str) -> None:
+    """`--weights`, as every command that loads a run's model takes it."""
+    parser.add_argument("--weights", default=default, metavar="WEIGHTS", help=f"{WEIGHTS_HELP} (default: "
+                        f"{default_text})")
+
+
 def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .options import add_weights_flag
 from .runtime_flags import add_runtime_flags, on_runtime
 
 
@@ -24,8 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, help="tiles per forward pass: more is faster, less holds less memory "
                    "(default: the run's --eval-batch-size)")
     p.add_argument("--overlap", type=int, help="pixels neighbouring tiles share (default: the run's)")
-    p.add_argument("--weights", choices=["last", "best", "ema"], default="best",
-                   help="which checkpoint (default: best)")
+    add_weights_flag(p, "best", "best")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     add_runtime_flags(p)
     p.set_defaults(run=run)
@@ -35,14 +35,14 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from ..engine.run import RunDir
-    from ..tasks.launch import load_task_for
+    from ..tasks.launch import load_run_model, load_task_for
 
     task, saved = load_task_for(args.run_dir, "restore")
     changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap))
                if value is not None}
     task.config = dataclasses.replace(task.config, **changes)
     which = RunDir(args.run_dir).kept_weights(args.weights)
-    model = on_runtime(RunDir(args.run_dir).load_model(which), args, args.run_dir, which)
+    model = on_runtime(load_run_model(args.run_dir, which), args, args.run_dir, which)
     results = task.predict(model, saved, args.images, out=args.out, degradation=args.degradation,
                            reference=args.reference)
     print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))

@@ -29,10 +29,12 @@ def on_runtime(model: nn.Module, args: argparse.Namespace, run_dir: str | Path, 
         from ..runtime.fast import inference_model
 
         return inference_model(model)
+    from ..engine.run import WEIGHT_NAMES
+    from ..interop.hub import fetch
     from ..runtime import runtime_model
     from ..runtime.export import run_cache
 
-    cache_dir, cache_name = run_cache(run_dir, weights)
+    cache_dir, cache_name = run_cache(run_dir, weights, None if weights in WEIGHT_NAMES else fetch(weights))
     runtime = runtime_model(model, args.runtime, args.precision, args.threads or threads, cache_dir, cache_name)
     print(f"runtime: {runtime.describe()}", file=sys.stderr)
     return runtime.as_model()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .options import add_weights_flag
 from .runtime_flags import add_runtime_flags, on_runtime
 
 
@@ -17,8 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 serves other machines "
                    "(default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="TCP port (default: 7860)")
-    p.add_argument("--weights", choices=["last", "best", "ema"], default="best", help="which checkpoint of each "
-                   "run; a run without it serves its last (default: best)")
+    add_weights_flag(p, "best", "best; a run without it serves its last")
     p.add_argument("--workers", type=int, default=2, help="predictions run at once; torch's threads are shared "
                    "among them (default: 2)")
     p.add_argument("--queue", type=int, default=32, help="requests that may wait for a worker; more are answered "

@@ -66,7 +66,10 @@ class RunDir:
         return self.path / f"{which}.safetensors"
 
     def kept_weights(self, which: str = "best") -> str:
-        """`which` if the run kept it, else "last" (a run that never evaluated keeps no best)."""
+        """`which` if the run kept it, else "last" (a run that never evaluated keeps no best); weights from outside
+        the run (a file, a release's name) as they are."""
+        if which not in WEIGHT_NAMES:
+            return which
         return which if self.weights_file(which).is_file() else "last"
 
     # -- starting and finding runs ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -67,10 +68,14 @@ def export_graph(graph: Graph, path: str | os.PathLike, fmt: str = "onnx", optim
     return path
 
 
-def run_cache(run_dir: str | os.PathLike, weights: str) -> tuple[Path, str]:
-    """Where a run's runtime graphs are kept, and their name prefix: a new checkpoint gets new graphs."""
-    stamp = int((Path(run_dir) / f"{weights}.safetensors").stat().st_mtime)
-    return Path(run_dir) / "runtime", f"{weights}-{stamp}"
+def run_cache(run_dir: str | os.PathLike, weights: str, source: str | os.PathLike | None = None
+              ) -> tuple[Path, str]:
+    """Where a run's runtime graphs are kept, and their name prefix: a new checkpoint gets new graphs. `source`:
+    the file of weights from outside the run (a release's, in the hub cache), whose name is made a file name."""
+    path = Path(source) if source is not None else Path(run_dir) / f"{weights}.safetensors"
+    stamp = int(path.stat().st_mtime)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", weights) if source is not None else weights
+    return Path(run_dir) / "runtime", f"{name}-{stamp}"
 
 
 def export_model(model: nn.Module, path: str | os.PathLike, fmt: str = "onnx", task: int | str | None = None,

@@ -89,6 +89,7 @@ def load_runs(paths: list[str | Path], weights: str = "best",
     torch)."""
     from ..engine.run import RunDir
     from ..tasks import load_task
+    from ..tasks.launch import load_run_model
 
     runs: list[ServedRun] = []
     for path in map(Path, paths):
@@ -103,7 +104,7 @@ def load_runs(paths: list[str | Path], weights: str = "best",
             raise ValueError(f"{path} is a {task.name} run; `vitlab serve` serves image runs ({servable}); use "
                              f"its own commands for it")
         which = RunDir(path).kept_weights(weights)
-        model = RunDir(path).load_model(which).requires_grad_(False)
+        model = load_run_model(path, which).requires_grad_(False)
         if runtime is not None and task.python_loop is None:
             model = runtime(model, path, which)
         name, suffix = path.resolve().name, 2

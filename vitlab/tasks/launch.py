@@ -175,6 +175,30 @@ def load_task_for(run_dir: str | Path, command: str) -> tuple[Task, dict[str, An
 
 
 def load_run(run_dir: str | Path, which: str = "last") -> tuple[nn.Module, dict[str, Any]]:
-    """The trained model of a run folder (`last`, `best` or `ema` weights, in eval mode) and its config.json."""
+    """The trained model of a run folder (`which`: see `load_run_model`), in eval mode, and its config.json."""
     saved = RunDir(run_dir).read_config()
-    return RunDir(run_dir).load_model(which), saved
+    return load_run_model(run_dir, which), saved
+
+
+def load_run_model(run_dir: str | Path, which: str = "last") -> nn.Module:
+    """A run's model in eval mode with `which` weights: its own `last`, `best` or `ema`, or any other weights for
+    the same model (a file vitlab reads, a release tag, hf-hub:org/name[@revision]), loaded strictly. Weights for
+    another class count or grid are refused here: inference with a fresh head would answer at random."""
+    import warnings
+
+    from ..engine.run import WEIGHT_NAMES
+    from ..interop import load_weights
+
+    run = RunDir(run_dir)
+    if which in WEIGHT_NAMES:
+        return run.load_model(which)
+    model = run.load_model(run.kept_weights("last"))  # the run's architecture, its config
+    with warnings.catch_warnings(record=True) as adapted:
+        warnings.simplefilter("always")
+        load_weights(model, which)
+    changes = [str(w.message) for w in adapted if "fine-tuning case" in str(w.message) or "resampled" in
+               str(w.message)]
+    if changes:
+        raise ValueError(f"{which} does not fit {run_dir}'s model as it is ({'; '.join(changes)}): to use these "
+                         f"weights on this run's data, fine-tune them: vitlab train --weights {which} ...")
+    return model.eval()
