@@ -117,3 +117,18 @@ def test_the_command_and_its_errors(tmp_path, capsys):
     assert 6 <= counts[0] <= 9 and 4 <= counts[1] <= 6
     assert main([*argv[:3], "--size", "32", "--data-dir", str(MINI), "--allow-partial-data"]) == 2
     assert "must fit the 32 px canvas" in capsys.readouterr().err
+
+
+def test_scenes_of_some_classes_hold_only_those_with_ids_in_their_order(tmp_path):
+    make(tmp_path / "five", classes=(9, 5, 7))
+    items, labels = load_fashion_mnist("train", MINI, download=False, strict_counts=False)
+    coco = json.loads((tmp_path / "five" / "annotations" / "instances_train.json").read_text())
+    assert coco["categories"] == [{"id": 1, "name": "Ankle boot"}, {"id": 2, "name": "Sandal"},
+                                  {"id": 3, "name": "Sneaker"}]
+    assert coco["annotations"]
+    for ann in coco["annotations"]:  # the item's own class, renumbered by its place in `classes`
+        assert ann["category_id"] == (9, 5, 7).index(int(labels[ann["fashion_mnist"]["index"]])) + 1
+    masks = [np.asarray(Image.open(p)) for p in (tmp_path / "five" / "masks" / "train").iterdir()]
+    assert set(np.unique(np.concatenate([m.ravel() for m in masks]))) <= {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="distinct Fashion-MNIST class numbers"):
+        SceneOptions(classes=(1, 1))

@@ -13,6 +13,17 @@ def _range(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"expected a range such as 1-6 or a single number, got {text!r}") from None
 
 
+def _classes(text: str) -> tuple[int, ...]:
+    from ..data.fashion_mnist import FASHION_MNIST_CLASSES
+
+    names = {name.lower(): i for i, name in enumerate(FASHION_MNIST_CLASSES)}
+    try:
+        return tuple(int(part) if part.strip().isdigit() else names[part.strip().lower()] for part in text.split(","))
+    except KeyError as error:
+        raise argparse.ArgumentTypeError(f"{error.args[0]!r} is not a Fashion-MNIST class; they are "
+                                         f"{', '.join(FASHION_MNIST_CLASSES)} (or 0-9)") from None
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..data.scenes import SceneOptions
 
@@ -33,6 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=_range, default=d.scale, metavar="MIN-MAX",
                    help=f"an item's side after rescaling, pixels (default: {d.scale[0]}-{d.scale[1]})")
     p.add_argument("--seed", type=int, default=d.seed, help=f"(default: {d.seed})")
+    p.add_argument("--classes", type=_classes, default=d.classes, metavar="LIST",
+                   help="the Fashion-MNIST classes to draw, by number or name, comma-separated (e.g. 0,1,2,3,4 or "
+                        "T-shirt/top,Trouser); category ids follow their order (default: all ten)")
     p.add_argument("--data-dir", help="where Fashion-MNIST's files are (default: the usual places, then download)")
     p.add_argument("--allow-partial-data", action="store_true",
                    help="accept a Fashion-MNIST copy with fewer images than the official counts (default: off)")
@@ -43,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from ..data.scenes import SceneOptions, make_scenes
 
     options = SceneOptions(train=args.train, val=args.val, test=args.test, size=args.size, objects=args.objects,
-                           scale=args.scale, seed=args.seed)
+                           scale=args.scale, seed=args.seed, classes=args.classes)
     counts = make_scenes(args.out, options, args.data_dir, args.allow_partial_data)
     print(f"scenes in {args.out}: " + ", ".join(f"{counts[split]} {split} ({counts[f'{split}_objects']} items)"
                                                  for split in ("train", "val", "test") if split in counts))

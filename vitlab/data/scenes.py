@@ -49,6 +49,7 @@ class SceneOptions:
     objects: tuple[int, int] = (1, 6)  # items per scene, drawn uniformly in [min, max]
     scale: tuple[int, int] = (16, 64)  # an item's side after rescaling, pixels
     seed: int = 0
+    classes: tuple[int, ...] = tuple(range(10))  # the Fashion-MNIST classes drawn, in the order of their new ids
 
     def __post_init__(self) -> None:
         low, high = self.objects
@@ -57,6 +58,9 @@ class SceneOptions:
         if not 1 <= self.scale[0] <= self.scale[1] <= self.size:
             raise ValueError(f"item sizes {self.scale[0]}-{self.scale[1]} px must fit the {self.size} px canvas; "
                              f"give a size of at least {self.scale[1]}")
+        if not self.classes or len(set(self.classes)) != len(self.classes) or \
+                not all(0 <= c < len(FASHION_MNIST_CLASSES) for c in self.classes):
+            raise ValueError(f"classes must be distinct Fashion-MNIST class numbers 0-9, got {self.classes}")
         if self.train < 0 or self.val < 0 or self.test < 0:
             raise ValueError(f"the scene counts must be 0 or more, got train={self.train}, val={self.val}, "
                              f"test={self.test}")
@@ -134,16 +138,17 @@ def make_split(out: Path, split: str, count: int, images: np.ndarray, labels: np
     image_dir.mkdir(parents=True, exist_ok=True)
     mask_dir.mkdir(parents=True, exist_ok=True)
     coco_images, annotations = [], []
+    new_id = {fashion_class: i + 1 for i, fashion_class in enumerate(options.classes)}  # 0 is background
     for image_id in range(count):
         canvas, items = _scene(rng, images, labels, options)
         semantic = np.zeros_like(canvas)
         name = f"{image_id:06d}.png"
         for label, visible, index in items:
-            semantic[visible] = label + 1
+            semantic[visible] = new_id[label]
             rows, cols = np.flatnonzero(visible.any(1)), np.flatnonzero(visible.any(0))
             x, y = int(cols[0]), int(rows[0])
             annotations.append({
-                "id": len(annotations) + 1, "image_id": image_id + 1, "category_id": label + 1,
+                "id": len(annotations) + 1, "image_id": image_id + 1, "category_id": new_id[label],
                 "bbox": [x, y, int(cols[-1]) - x + 1, int(rows[-1]) - y + 1], "area": int(visible.sum()),
                 "iscrowd": 0, "segmentation": rle_encode(visible),
                 # where the item came from
@@ -154,9 +159,10 @@ def make_split(out: Path, split: str, count: int, images: np.ndarray, labels: np
         coco_images.append({"id": image_id + 1, "file_name": name, "width": options.size, "height": options.size})
     return {
         "info": {"description": f"vitlab scenes ({split}): Fashion-MNIST {SPLITS[split]} items on a canvas",
-                 "options": {**options.__dict__, "objects": list(options.objects), "scale": list(options.scale)}},
+                 "options": {**options.__dict__, "objects": list(options.objects), "scale": list(options.scale),
+                             "classes": list(options.classes)}},
         "images": coco_images, "annotations": annotations,
-        "categories": [{"id": i + 1, "name": name} for i, name in enumerate(FASHION_MNIST_CLASSES)],
+        "categories": [{"id": i, "name": FASHION_MNIST_CLASSES[c]} for c, i in new_id.items()],
     }
 
 
@@ -172,6 +178,7 @@ def make_scenes(out: str | Path, options: SceneOptions | None = None, data_dir: 
             continue  # no such split, rather than an empty one
         images, labels = load_fashion_mnist(SPLITS[split], data_dir, strict_counts=not allow_partial_data)
         origin = np.arange(len(images))[ITEMS[split]]
+        origin = origin[np.isin(labels.numpy()[origin], options.classes)]  # the items of the classes asked for
         coco = make_split(out, split, count, images.numpy()[origin], labels.numpy()[origin], options, origin)
         # written last, atomically: a folder whose JSON exists holds all of its images
         write_json(out / "annotations" / f"instances_{split}.json", coco)
