@@ -17,6 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("pattern", nargs="?", default="*", help="shell-style pattern, e.g. 'vit_*_patch16_*'")
     parser.add_argument("--pretrained", action="store_true",
                         help="list the released weights (tags for --weights and pretrained=) matching the pattern")
+    parser.add_argument("--markdown", action="store_true",
+                        help="with --pretrained: a markdown table (the one in the README and the docs)")
     parser.set_defaults(run=run)
 
 
@@ -25,6 +27,9 @@ COLUMNS = ("image", "patch", "dim", "depth", "heads", "classes")
 
 def run(args: argparse.Namespace) -> int:
     if args.pretrained:
+        if args.markdown:
+            print(releases_markdown(args.pattern))
+            return 0
         return list_releases(args.pattern)
     from ..models import create_model, get_config, list_models
     from ..models.vit import count_parameters
@@ -71,6 +76,22 @@ def list_releases(pattern: str) -> int:
             print(f"{'':<{width}}  note: {r.note}")
     print(f"{len(releases)} releases; load one with --weights TAG, or vitlab.create_model(name, pretrained=TAG)")
     return 0
+
+
+def releases_markdown(pattern: str = "*") -> str:
+    """The releases as a markdown table: tag, the authors' figure and its data, licence, source (a link), and what
+    could not be verified or needs a hand."""
+    from ..models import list_pretrained
+
+    rows = ["| release | reported | on | licence | source | note |", "|---|---|---|---|---|---|"]
+    for r in list_pretrained(pattern):
+        figures = ", ".join(f"{key} {value}" for key, value in r.metric.items()) or "—"
+        link = r.source if not r.on_hub else f"https://huggingface.co/{r.source}"
+        where = r.source if not r.on_hub else r.source + (f"@{r.revision[:7]}" if r.revision else "")
+        note = r.note.replace("|", "/")
+        rows.append(f"| `{r.tag}` | {figures} | {r.dataset} | {r.licence} | [{where.split('://')[-1][:48]}]({link}) "
+                    f"| {note} |")
+    return "\n".join(rows)
 
 
 def _shown(value) -> str:
