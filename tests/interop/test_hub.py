@@ -184,6 +184,8 @@ def test_unknown_names_say_what_is_close():
         vitlab.create_model("vit_tiny_patch4_28", pretrained=True)
     with pytest.raises(FileNotFoundError, match="release tag"):
         vitlab.load_weights(vitlab.create_model("vit_tiny_patch4_28"), "no/such/file.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at vit_tiny_patch4_28\.safetensors"):
+        vitlab.load_weights(vitlab.create_model("vit_tiny_patch4_28"), "vit_tiny_patch4_28.safetensors")
     with pytest.raises(ValueError, match="is for detr_resnet50"):
         vitlab.create_model("vit_tiny_patch16_224", pretrained="detr_resnet50.coco")
 

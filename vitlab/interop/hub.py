@@ -33,6 +33,7 @@ HUB_WEIGHT_FILES = ("model.safetensors", "diffusion_pytorch_model.safetensors", 
                     "diffusion_pytorch_model.bin")
 NEEDS_A_BROWSER = ("drive.google.com",)  # a confirmation page stands before the file
 URL_CACHE_FOLDER = "vitlab--url-releases"  # in the hub's cache, beside its models--org--name folders
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")  # names of files, never tags
 
 __all__ = ["HF_HUB_PREFIX", "ChecksumError", "DownloadError", "OfflineError", "UnknownReleaseError", "cache_dir",
            "default_release", "download", "fetch", "find_release", "is_offline", "names_remote_weights",
@@ -108,9 +109,11 @@ def names_remote_weights(source: Any) -> bool:
     source = os.fspath(source)
     if source.startswith(HF_HUB_PREFIX):
         return True
-    model, dot, _ = source.partition(".")
-    # a tag is a registered model's name, a dot, a release: "detr_resnet50.coco" (never a path with folders)
-    return bool(dot) and os.sep not in source and "/" not in source and model in list_models()
+    model, dot, release = source.partition(".")
+    # a tag is a registered model's name, a dot, a release: "detr_resnet50.coco" (never a path with folders, nor
+    # a missing file: "vit_tiny_patch4_28.safetensors")
+    return (bool(dot) and os.sep not in source and "/" not in source and model in list_models()
+            and Path(source).suffix not in WEIGHT_FILE_SUFFIXES)
 
 
 # ---- fetching ----------------------------------------------------------------------------------------------------
