@@ -9,7 +9,7 @@ from torch import nn
 
 from ..models.registry import config_type, get_config
 from .formats import read_checkpoint
-from .hub import HF_HUB_PREFIX, fetch, find_release, names_remote_weights
+from .hub import fetch, release_named
 from .weights import load_model, load_weights, save_weights
 
 
@@ -22,10 +22,9 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
     architecture comes from the file: a Hugging Face config.json, the shapes, and what the family's converter
     adds (for a timm ViT, the head count of the registered model of that size).
     """
-    release_overrides: dict = {}
-    if names_remote_weights(path) and not str(path).startswith(HF_HUB_PREFIX):  # a release knows its model
-        release = find_release(str(path))
-        model_name, release_overrides = model_name or release.model, release.overrides
+    release = release_named(path)  # a release knows its model and architecture
+    release_overrides = release.overrides if release else {}
+    model_name = model_name or (release.model if release else None)
     path = fetch(path)
     _, info = read_checkpoint(path)
     if info.format == "vitlab" and model_name is None:

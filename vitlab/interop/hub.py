@@ -37,7 +37,7 @@ WEIGHT_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt") 
 
 __all__ = ["HF_HUB_PREFIX", "ChecksumError", "DownloadError", "OfflineError", "UnknownReleaseError", "cache_dir",
            "default_release", "download", "fetch", "find_release", "is_offline", "names_remote_weights",
-           "release_for"]
+           "release_for", "release_named"]
 
 
 class UnknownReleaseError(ValueError):
@@ -114,6 +114,13 @@ def names_remote_weights(source: Any) -> bool:
     # a missing file: "vit_tiny_patch4_28.safetensors")
     return (bool(dot) and os.sep not in source and "/" not in source and model in list_models()
             and Path(source).suffix not in WEIGHT_FILE_SUFFIXES)
+
+
+def release_named(source: Any) -> Release | None:
+    """The release `source` names by its tag (None for a file, a folder, an hf-hub: name, or nothing)."""
+    if not source or str(source).startswith(HF_HUB_PREFIX) or not names_remote_weights(source):
+        return None
+    return find_release(str(source))
 
 
 # ---- fetching ----------------------------------------------------------------------------------------------------

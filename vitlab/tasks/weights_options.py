@@ -19,8 +19,6 @@ def strict_option() -> Any:
 
 def released(weights: str | None) -> Release | None:
     """The release a --weights value names by its tag (None for a file, a run, an hf-hub: name, or nothing)."""
-    from ..interop.hub import HF_HUB_PREFIX, find_release, names_remote_weights
+    from ..interop.hub import release_named
 
-    if not weights or str(weights).startswith(HF_HUB_PREFIX) or not names_remote_weights(weights):
-        return None
-    return find_release(str(weights))
+    return release_named(weights)
