@@ -1,28 +1,36 @@
-"""Why released weights are the front door, measured here: a detector fine-tuned from a release of its own against
-the same detector trained from scratch, for the same minutes on the same data.
+"""Why released weights are the front door, measured here: a model fine-tuned from a release of its own against the
+same model trained from scratch, for the same minutes on the same data, for three systems.
 
-    python benchmarks/transfer.py                                # detection, 15 minutes each, the release made first
-    python benchmarks/transfer.py --minutes 15 --source-epochs 5
-    python benchmarks/transfer.py --quick                        # a tiny set and one epoch each: the script works
+    python benchmarks/transfer.py                                  # detection: detr_small, 15 minutes each
+    python benchmarks/transfer.py --system segmentation            # setr_mla_small, 15 minutes each
+    python benchmarks/transfer.py --system classification          # vit_mini_convstem_28, 3 minutes each
+    python benchmarks/transfer.py --system detection --quick       # a tiny set and one epoch each: the script works
 
-1. Two scenes sets (`vitlab make-scenes --classes`): A holds five Fashion-MNIST classes (T-shirt/top, Trouser,
-   Pullover, Dress, Coat), B the other five (Sandal, Shirt, Sneaker, Bag, Ankle boot), each 4,000 train, 500 val
-   and 500 test scenes of 128 × 128 pixels; no garment class is in both.
-2. The release: detr_small trained on A for --source-epochs with the from-scratch recipe of
-   benchmarks/detr_scenes.py (lr 2e-4 everywhere, batch 4, no dropout); its best checkpoint (on A's val) is
-   published on a local Hugging Face Hub server (tests/hub_server.py, 127.0.0.1) and fetched from it by name.
-3. On B, for the same number of epochs (= --minutes of training at the release's measured epoch time: the model and
-   the data size are the same, so an epoch costs the same), two `vitlab train --task detection` runs, each in its
-   own process:
-   - fine-tuned: `--weights hf-hub:vitlab-bench/...@<commit>` with the command's defaults (DETR's fine-tuning
-     recipe: lr 1e-4, backbone 1e-5); B has five classes as A had, so the class head's shape fits and it is kept
-     (its rows now name other garments, which fine-tuning relearns);
-   - from scratch: the from-scratch recipe above.
-   Both are evaluated on B's val scenes after every epoch (COCO AP50, pycocotools); the best on val is scored once
-   on B's test scenes.
+1. Two data sets with no class in common.
+   - detection and segmentation: two scenes sets (`vitlab make-scenes --classes`): A holds five Fashion-MNIST classes
+     (T-shirt/top, Trouser, Pullover, Dress, Coat), B the other five (Sandal, Shirt, Sneaker, Bag, Ankle boot), each
+     4,000 train, 500 val and 500 test scenes of 128 × 128 pixels (boxes for DETR, masks for SETR).
+   - classification: two image folders (train/ val/ test/ of class sub-folders of PNG files) of Fashion-MNIST items:
+     A the first five classes (2,000 train and 200 val items per class from Fashion-MNIST's train split, its 1,000
+     test items per class), B the other five with a user's small data (500 train and 100 val items per class, the
+     1,000 test items per class).
+2. The release: the model trained on A for --source-epochs with the from-scratch recipe below; its best checkpoint
+   (on A's val) is published on a local Hugging Face Hub server (tests/hub_server.py, 127.0.0.1) and fetched from it
+   by name (`--weights hf-hub:vitlab-bench/...@<commit>`).
+3. On B, two `vitlab train` runs, each in its own process, for the same number of epochs (= --minutes of training
+   at the release's measured epoch time, scaled by B's size: same model, same image size, so an image costs the
+   same): fine-tuned from the release, and from scratch. B has five classes as A had, so the class head's shape fits
+   and it is kept (its rows now name other classes, which fine-tuning relearns). Both are evaluated on B's val set
+   after every epoch; the best on val is scored once on B's test set.
 
-Time is training time (evaluations excluded), measured by the loop. Writes benchmarks/results/transfer.{json,md,png}
-with the command, the commit and the machine (CPU, ISA). Run one benchmark at a time: the machine has 2 cores.
+The recipes: detection from scratch as benchmarks/detr_scenes.py (lr 2e-4 everywhere, batch 4, no dropout),
+fine-tuned with the command's defaults (DETR's: lr 1e-4, backbone 1e-5); segmentation both with the command's
+defaults (the paper's: SGD lr 0.01, heads 10×, poly); classification from scratch with the Fashion-MNIST recipe
+(AdamW lr 2e-3, batch 128, 28 px), fine-tuned with the command's default for a release (lr 1e-4).
+
+Time is training time (evaluations excluded), measured by the loop. Writes benchmarks/results/transfer_SYSTEM.
+{json,md,png} with the command, the commit and the machine (CPU, ISA). Run one benchmark at a time: the machine has
+2 cores.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
@@ -41,12 +50,35 @@ from benchmarks.harness.host import provenance
 RESULTS = Path(__file__).parent / "results"
 MINI = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "fashion-mnist-mini"
 CLASSES_A, CLASSES_B = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)
-SCRATCH = ["--batch-size", "4", "--lr", "2e-4", "--backbone-lr", "2e-4", "--dropout", "0"]  # detr_scenes.py's
-FINE_TUNE = ["--batch-size", "4"]  # the command's defaults otherwise: DETR's fine-tuning recipe
-REPO = "vitlab-bench/detr_small-scenes-a"
+# per class: (train, val) items from Fashion-MNIST's train split; test: all of its test items of the class
+FOLDER_SIZES = {"a": (2000, 200), "b": (500, 100)}
 
 
-def make_sets(root: Path, quick: bool) -> dict[str, Path]:
+@dataclass(frozen=True)
+class System:
+    task: str
+    model: str
+    metric: str  # the metrics rows' key after val_ / test_
+    label: str
+    scratch: tuple[str, ...]
+    fine_tune: tuple[str, ...]
+    source_epochs: int  # the release's epochs on A
+    minutes: float  # training minutes on B, each run
+    eval_batch_size: int | None  # None: the task has no such option
+
+
+SYSTEMS = {
+    "detection": System("detection", "detr_small", "map_50", "AP50",
+                        ("--batch-size", "4", "--lr", "2e-4", "--backbone-lr", "2e-4", "--dropout", "0"),
+                        ("--batch-size", "4"), 5, 15.0, 8),  # 5 epochs: about 16 minutes on 2 cores
+    "segmentation": System("segmentation", "setr_mla_small", "miou", "mIoU", (), (), 2, 15.0, 8),  # 5.7 min/epoch
+    "classification": System("classification", "vit_mini_convstem_28", "acc", "accuracy",
+                             ("--lr", "2e-3", "--batch-size", "128", "--img-size", "28", "--warmup-epochs", "1"),
+                             ("--batch-size", "128", "--img-size", "28", "--warmup-epochs", "1"), 10, 3.0, None),
+}
+
+
+def make_scenes_sets(root: Path, quick: bool) -> dict[str, Path]:
     from vitlab.data.scenes import SceneOptions, make_scenes
 
     sets = {}
@@ -61,77 +93,123 @@ def make_sets(root: Path, quick: bool) -> dict[str, Path]:
     return sets
 
 
-def train(args: list[str], env: dict[str, str] | None = None) -> list[dict]:
+def make_folder_sets(root: Path, quick: bool) -> dict[str, Path]:
+    """Fashion-MNIST items as two image folders, train/val/test/<class name>/NNNNN.png; made once."""
+    from PIL import Image
+
+    from vitlab.data.fashion_mnist import FASHION_MNIST_CLASSES, load_fashion_mnist
+
+    kwargs = {"data_dir": str(MINI), "strict_counts": False} if quick else {}
+    train_images, train_labels = load_fashion_mnist("train", **kwargs)
+    test_images, test_labels = load_fashion_mnist("test", **kwargs)
+    sets = {}
+    for name, classes in (("a", CLASSES_A), ("b", CLASSES_B)):
+        folder = root / f"items-{name}"
+        sets[name] = folder
+        if (folder / "done").is_file():
+            continue
+        n_train, n_val = (8, 2) if quick else FOLDER_SIZES[name]
+        for c in classes:
+            train = (train_labels == c).nonzero().flatten()
+            parts = {"train": (train_images, train[:n_train]), "val": (train_images, train[n_train:n_train + n_val]),
+                     "test": (test_images, (test_labels == c).nonzero().flatten())}
+            for split, (images, picked) in parts.items():
+                out = folder / split / FASHION_MNIST_CLASSES[c].replace("/", "-")
+                out.mkdir(parents=True, exist_ok=True)
+                for i in picked.tolist():
+                    Image.fromarray(images[i].numpy()).save(out / f"{i:05d}.png")
+        (folder / "done").write_text("")
+    return sets
+
+
+def train(system: System, args: list[str], env: dict[str, str] | None = None) -> list[dict]:
     """`vitlab train` in its own process (the hub's settings are read at import); its metrics rows."""
     out = Path(args[args.index("--out") + 1])
-    subprocess.run([sys.executable, "-m", "vitlab", "train", "--task", "detection", "--model", "detr_small",
+    subprocess.run([sys.executable, "-m", "vitlab", "train", "--task", system.task, "--model", system.model,
                     "--overwrite", *args], check=True, env={**os.environ, **(env or {})})
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def curve(rows: list[dict]) -> dict:
+def curve(system: System, rows: list[dict]) -> dict:
     *evaluations, test = rows
     spent, points = 0.0, []
     for row in evaluations:
         spent += row["train_time_s"]
-        points.append({"epoch": row["epoch"], "train_min": round(spent / 60, 2), "ap50": row["val_map_50"],
-                       "ap": row["val_map"]})
-    return {"curve": points, "test_ap50": test["test_map_50"], "test_ap": test["test_map"],
-            "selected_epoch": test["selected_epoch"], "epoch_s": spent / max(len(points), 1)}
+        points.append({"epoch": row["epoch"], "train_min": round(spent / 60, 3), "val": row[f"val_{system.metric}"]})
+    return {"curve": points, "test": test[f"test_{system.metric}"], "selected_epoch": test["selected_epoch"],
+            "epoch_s": spent / max(len(points), 1)}
+
+
+def count_train(folder: Path, system: System) -> int:
+    if system.task == "classification":
+        return sum(1 for path in (folder / "train").rglob("*.png"))
+    return sum(1 for _ in (folder / "images" / "train").glob("*.png"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=15.0, help="training minutes on B, each run")
-    parser.add_argument("--source-epochs", type=int, default=5, help="training epochs of the release on A (5: about "
-                        "15 minutes on 2 cores)")
-    parser.add_argument("--data", type=Path, help="where the scenes sets are made (kept; default: a temporary "
-                        "folder)")
+    parser.add_argument("--system", choices=SYSTEMS, default="detection")
+    parser.add_argument("--minutes", type=float, help="training minutes on B, each run (default: the system's, "
+                        "15 for detection and segmentation, 3 for classification)")
+    parser.add_argument("--source-epochs", type=int, help="training epochs of the release on A (default: the "
+                        "system's: 5 detection, 2 segmentation, 10 classification)")
+    parser.add_argument("--data", type=Path, help="where the data sets are made (kept and reused; default: a "
+                        "temporary folder)")
     parser.add_argument("--quick", action="store_true", help="tiny sets, one epoch each: check the script works")
     args = parser.parse_args()
+    system = SYSTEMS[args.system]
+    minutes = args.minutes or system.minutes
+    source_epochs = args.source_epochs or system.source_epochs
+    repo = f"vitlab-bench/{system.model}-{args.system}-a"
 
     from tests.hub_server import LocalHub
 
     with tempfile.TemporaryDirectory() as tmp:
         root = args.data or Path(tmp)
-        sets = make_sets(root, args.quick)
+        make = make_folder_sets if system.task == "classification" else make_scenes_sets
+        sets = make(root / "quick" if args.quick and args.data else root, args.quick)
         runs = Path(tmp) / "runs"
-        common = ["--eval-batch-size", "8", "--threads", str(os.cpu_count() or 1)]
+        common = ["--threads", str(os.cpu_count() or 1)]
+        if system.eval_batch_size:
+            common += ["--eval-batch-size", str(system.eval_batch_size)]
         if args.quick:
             common += ["--epochs", "1", "--batch-size", "4"]
 
-        # the release; its epochs also say what an epoch costs here, hence how many fit in --minutes on B
-        source = curve(train(["--data", str(sets["a"]), "--out", str(runs / "source"), *SCRATCH, *common,
-                              *([] if args.quick else ["--epochs", str(args.source_epochs)])]))
-        epoch_s = source["epoch_s"]
-        target_epochs = 1 if args.quick else max(1, round(args.minutes * 60 / epoch_s))
-        print(f"release: {len(source['curve'])} epochs on A, AP50 {source['test_ap50']:.3f} on A's test scenes; "
+        # the release; its epochs also say what an image costs here, hence how many epochs on B fit in --minutes
+        source = curve(system, train(system, ["--data", str(sets["a"]), "--out", str(runs / "source"),
+                                              *system.scratch, *common,
+                                              *([] if args.quick else ["--epochs", str(source_epochs)])]))
+        size_a, size_b = count_train(sets["a"], system), count_train(sets["b"], system)
+        epoch_s_b = source["epoch_s"] * size_b / size_a
+        target_epochs = 1 if args.quick else max(1, round(minutes * 60 / epoch_s_b))
+        print(f"release: {len(source['curve'])} epochs on A, {system.label} {source['test']:.3f} on A's test set; "
               f"{target_epochs} epochs on B each", flush=True)
 
         with LocalHub() as hub:
             weights = runs / "source" / "best.safetensors"
-            sha = hub.publish(REPO, {"model.safetensors": weights if weights.is_file() else
+            sha = hub.publish(repo, {"model.safetensors": weights if weights.is_file() else
                                      runs / "source" / "last.safetensors"})
             env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(Path(tmp) / "hf"), "HF_HOME": str(Path(tmp) / "hf"),
                    "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0"}
             epochs = [] if args.quick else ["--epochs", str(target_epochs)]
-            tuned = curve(train(["--data", str(sets["b"]), "--out", str(runs / "tuned"),
-                                 "--weights", f"hf-hub:{REPO}@{sha}", *FINE_TUNE, *common, *epochs], env))
+            tuned = curve(system, train(system, ["--data", str(sets["b"]), "--out", str(runs / "tuned"),
+                                                 "--weights", f"hf-hub:{repo}@{sha}", *system.fine_tune, *common,
+                                                 *epochs], env))
             fetched = [path for method, path in hub.requests if method == "GET" and path.endswith(".safetensors")]
-        scratch = curve(train(["--data", str(sets["b"]), "--out", str(runs / "scratch"), *SCRATCH, *common,
-                               *epochs]))
+        scratch = curve(system, train(system, ["--data", str(sets["b"]), "--out", str(runs / "scratch"),
+                                               *system.scratch, *common, *epochs]))
 
     result = {
         **provenance(),
-        "data": {"a": {"classes": CLASSES_A}, "b": {"classes": CLASSES_B},
-                 "scenes": "vitlab make-scenes defaults (4,000 / 500 / 500, 128 px, 1-6 items)"
-                 if not args.quick else "quick: 24 / 6 / 6 at 64 px"},
-        "release": {"model": "detr_small", "epochs": len(source["curve"]), "recipe": " ".join(SCRATCH),
-                    "test_ap50_on_a": source["test_ap50"], "curve_on_a": source["curve"], "hub_repo": REPO,
-                    "fetched_from_hub": fetched},
-        "epoch_s": epoch_s, "minutes": args.minutes, "epochs_on_b": target_epochs,
-        "fine_tuned": {"recipe": " ".join(FINE_TUNE) + " (the command's defaults otherwise)", **tuned},
-        "scratch": {"recipe": " ".join(SCRATCH), **scratch},
+        "system": args.system, "model": system.model, "metric": system.label,
+        "data": {"a": {"classes": CLASSES_A, "train": size_a}, "b": {"classes": CLASSES_B, "train": size_b},
+                 "kind": "Fashion-MNIST items in image folders" if system.task == "classification"
+                 else "vitlab make-scenes defaults (4,000 / 500 / 500, 128 px, 1-6 items)"},
+        "release": {"epochs": len(source["curve"]), "recipe": " ".join(system.scratch), "test_on_a": source["test"],
+                    "curve_on_a": source["curve"], "hub_repo": repo, "fetched_from_hub": fetched},
+        "epoch_s_a": source["epoch_s"], "minutes": minutes, "epochs_on_b": target_epochs,
+        "fine_tuned": {"recipe": " ".join(system.fine_tune) + " (the command's defaults otherwise)", **tuned},
+        "scratch": {"recipe": " ".join(system.scratch) + " (the command's defaults otherwise)", **scratch},
         "quick": args.quick,
     }
     table = report(result)
@@ -139,23 +217,27 @@ def main() -> None:
     if args.quick:  # a check that the script works, not a measurement
         return
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "transfer.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "transfer.md").write_text(table + "\n")
-    plot(result, RESULTS / "transfer.png")
+    stem = RESULTS / f"transfer_{args.system}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(table + "\n")
+    plot(result, stem.with_suffix(".png"))
 
 
 def report(result: dict) -> str:
-    m = result["machine"]
-    lines = [f"Transfer on scenes (detr_small): fine-tuned from a release trained on five other garment classes, "
-             f"against from scratch, {result['epochs_on_b']} epochs each ({result['epoch_s'] / 60:.1f} min per "
-             f"epoch); {m['cpu']} ({m['cpu_capability']}), {m['threads']} threads; commit {result['commit']}",
-             "", "| epoch | train min | AP50 fine-tuned | AP50 scratch |", "|---:|---:|---:|---:|"]
-    for tuned, scratch in zip(result["fine_tuned"]["curve"], result["scratch"]["curve"], strict=False):
-        lines.append(f"| {tuned['epoch']} | {tuned['train_min']:.1f} | {tuned['ap50']:.3f} | {scratch['ap50']:.3f} |")
-    lines += ["", f"Test AP50 (B's test scenes, best epoch on val): fine-tuned {result['fine_tuned']['test_ap50']:.3f}"
-              f" (epoch {result['fine_tuned']['selected_epoch']}), scratch {result['scratch']['test_ap50']:.3f} "
-              f"(epoch {result['scratch']['selected_epoch']}). The release: {result['release']['epochs']} epochs on "
-              f"A, AP50 {result['release']['test_ap50_on_a']:.3f} on A's test scenes."]
+    m, label = result["machine"], result["metric"]
+    tuned, scratch = result["fine_tuned"], result["scratch"]
+    lines = [f"Transfer ({result['system']}, {result['model']}): fine-tuned from a release trained on five other "
+             f"Fashion-MNIST classes, against from scratch, {result['epochs_on_b']} epochs each; {m['cpu']} "
+             f"({m['cpu_capability']}), {m['threads']} threads; commit {result['commit']}",
+             "", f"| epoch | train min fine-tuned | val {label} fine-tuned | train min scratch | val {label} scratch |",
+             "|---:|---:|---:|---:|---:|"]
+    for a, b in zip(tuned["curve"], scratch["curve"], strict=False):
+        lines.append(f"| {a['epoch']} | {a['train_min']:.1f} | {a['val']:.3f} | {b['train_min']:.1f} | "
+                     f"{b['val']:.3f} |")
+    lines += ["", f"Test {label} (B's test set, best epoch on val): fine-tuned {tuned['test']:.3f} (epoch "
+              f"{tuned['selected_epoch']}), scratch {scratch['test']:.3f} (epoch {scratch['selected_epoch']}). The "
+              f"release: {result['release']['epochs']} epochs on A, {label} {result['release']['test_on_a']:.3f} on "
+              f"A's test set."]
     return "\n".join(lines)
 
 
@@ -168,10 +250,10 @@ def plot(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label in (("fine_tuned", "fine-tuned from the release"), ("scratch", "from scratch")):
         points = result[key]["curve"]
-        ax.plot([p["train_min"] for p in points], [p["ap50"] for p in points], marker="o", label=label)
+        ax.plot([p["train_min"] for p in points], [p["val"] for p in points], marker="o", label=label)
     ax.set_xlabel("training minutes on B")
-    ax.set_ylabel("val AP50 on B")
-    ax.set_title(f"detr_small on five new garment classes ({result['machine']['cpu_capability']})")
+    ax.set_ylabel(f"val {result['metric']} on B")
+    ax.set_title(f"{result['model']} on five new classes ({result['machine']['cpu_capability']})")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

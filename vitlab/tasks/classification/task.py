@@ -87,9 +87,12 @@ class ClassificationTask(Task):
 
     @classmethod
     def loop_defaults(cls, config: ClassificationConfig) -> dict[str, Any]:
-        # fine-tuning a release: the data's recipe at a tenth or less of its learning rate (AdamW at 1e-4, as is
-        # usual for fine-tuning a ViT with it), so the first steps do not wash out what the release learnt
-        return {**recipe_for(config.data)["loop"], **({"lr": 1e-4} if released(config.weights) else {})}
+        # fine-tuning a release (a tag or an hf-hub: repo): the data's recipe at a tenth or less of its learning rate
+        # (AdamW at 1e-4, as is usual for fine-tuning a ViT with it), so the first steps do not wash out what the
+        # release learnt
+        from ...interop.hub import names_remote_weights
+
+        return {**recipe_for(config.data)["loop"], **({"lr": 1e-4} if names_remote_weights(config.weights) else {})}
 
     @classmethod
     def recipes(cls) -> dict[str, dict[str, Any]]:
