@@ -72,6 +72,22 @@ def differing(a: dict, b: dict) -> set[str]:
     return {k for k in a if k not in b or a[k].shape != b[k].shape or not torch.equal(a[k], b[k])}
 
 
+def test_a_classifier_fine_tuned_from_a_hub_repo_gets_the_release_learning_rate_and_one_from_a_file_does_not(
+        local_hub, tmp_path):
+    from vitlab.interop.hub import fetch
+    from vitlab.tasks.classification import ClassificationTask
+    from vitlab.tasks.classification.recipes import FASHION_MNIST
+
+    torch.manual_seed(1)
+    sha = publish_timm(local_hub, "vitlab-test/vit-mini", "vit_tiny_patch16_224", img_size=28, num_classes=10)
+    common = {"data": "fashion-mnist", "model": "vit_tiny_patch16_224"}
+    by_name = ClassificationTask.loop_defaults(
+        ClassificationTask.Config(weights=f"hf-hub:vitlab-test/vit-mini@{sha}", **common))
+    from_file = ClassificationTask.loop_defaults(ClassificationTask.Config(
+        weights=str(fetch(f"hf-hub:vitlab-test/vit-mini@{sha}")), **common))
+    assert by_name["lr"] == 1e-4 and from_file["lr"] == FASHION_MNIST["loop"]["lr"]
+
+
 def test_classification_keeps_all_but_the_head_and_adapts_the_input_to_grey_images(local_hub, monkeypatch):
     torch.manual_seed(1)
     sha = publish_timm(local_hub, "vitlab-test/vit-tiny", "vit_tiny_patch16_224", img_size=32, num_classes=7)
