@@ -117,6 +117,30 @@ def test_restore_writes_images_of_any_size(run_dir, tmp_path, capsys):
     assert "sr2, denoise30" in capsys.readouterr().err  # the run's tasks, named
 
 
+@pytest.mark.slow
+def test_restore_blends_the_tiles_as_asked_and_the_global_residual_is_an_option(run_dir, photos, tmp_path, capsys):
+    from vitlab.engine.run import RunDir
+
+    image = tmp_path / "odd.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (70, 61, 3), dtype=np.uint8)).save(image)
+    assert main(["restore", str(run_dir), str(image), "--degradation", "sr2", "--out", str(tmp_path / "out"),
+                 "--blend", "centre", "--json"]) == 0
+    item = json.loads(capsys.readouterr().out)[0]
+    model = RunDir(run_dir).load_model("best")
+    assert model.global_residual  # ipt_small's default
+    with torch.no_grad():
+        expected = model.forward_chop(torch.from_numpy(np.asarray(Image.open(image))).permute(2, 0, 1)[None] / 255,
+                                      "sr2", blend="centre")
+    written = torch.from_numpy(np.asarray(Image.open(item["output"]))).permute(2, 0, 1)
+    assert (written.float() - expected[0].mul(255).clamp(0, 255).round()).abs().max() <= 1
+
+    out = tmp_path / "plain"
+    assert main(["train", "--task", "restoration", "--model", "ipt_small", "--data", str(photos), "--degradations",
+                 "sr2", "--global-residual", "false", "--out", str(out), "--steps", "1", "--batch-size", "2",
+                 "--patches-per-task", "2", "--eval-crop", "48"]) == 0
+    assert not RunDir(out).load_model("last").global_residual
+
+
 @pytest.mark.whole_machine  # two processes, one per core
 @pytest.mark.slow
 def test_torchrun_two_processes_train_different_tasks_in_one_step(photos, tmp_path, monkeypatch, capsys):

@@ -12,6 +12,7 @@ from .runtime_flags import add_runtime_flags, on_runtime
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..data.degradations import DEGRADATIONS
+    from ..layers.tiling import BLENDS
 
     p = subparsers.add_parser("restore", help="restore images with a trained restoration run (super-resolve, "
                               "denoise, derain)")
@@ -25,6 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, help="tiles per forward pass: more is faster, less holds less memory "
                    "(default: the run's --eval-batch-size)")
     p.add_argument("--overlap", type=int, help="pixels neighbouring tiles share (default: the run's)")
+    p.add_argument("--blend", choices=BLENDS, help="how overlapping tiles combine: window, centre or mean (default: "
+                   "the run's)")
     add_weights_flag(p, "best", "best")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     add_runtime_flags(p)
@@ -38,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks.launch import load_run_model, load_task_for
 
     task, saved = load_task_for(args.run_dir, "restore")
-    changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap))
+    changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap),
+                                                 ("blend", args.blend))
                if value is not None}
     task.config = dataclasses.replace(task.config, **changes)
     which = RunDir(args.run_dir).kept_weights(args.weights)

@@ -1,10 +1,20 @@
 """Inference over overlapping tiles: a model that reads fixed-size inputs applied to an image of any size.
 
 The image is covered by tile × tile windows every `stride` pixels, the last window flush with each edge; windows
-go through the model in batches; each output lands where its window lies (× `scale` for super-resolution) and is
-divided by the number of windows covering each output pixel, so overlaps are averaged. A side shorter than one
-tile is padded first and the padding cut off at the end. SETR's sliding-window test (tasks/segmentation) and IPT's
-`forward_chop` (models/ipt.py) are both this.
+go through the model in batches; each output lands where its window lies (× `scale` for super-resolution). Where
+windows overlap, `blend` decides:
+
+    mean     each window counts alike: the sum divided by the number of windows covering the pixel (SETR's rule).
+             A window's edge pixels, worst predicted for want of context, weigh as much as a neighbour's centre, and
+             the seam shows as a grid in restored images.
+    window   each window's pixels weigh min(1, d_y / o) · min(1, d_x / o), d the distance to the window's nearer
+             edge along that axis and o the overlap: a linear ramp across the shared band, so a tile fades out
+             where the next fades in. Edges on the image's border are not ramped (nothing else covers them).
+    centre   each pixel from the one window in which it lies farthest from an edge (the image's border not
+             counting): each tile's centre kept, IPT's official rule.
+
+A side shorter than one tile is padded first and the padding cut off at the end. SETR's sliding-window test
+(tasks/segmentation) and IPT's and EDSR's `forward_chop` (models/ipt.py, models/edsr.py) are all this.
 """
 
 from __future__ import annotations
@@ -13,6 +23,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
+BLENDS = ("mean", "window", "centre")
+BLEND = "window"  # restorers' default: measured in benchmarks/results/ipt_restoration.md (border against interior)
 
 
 def window_starts(length: int, tile: int, stride: int) -> list[int]:
@@ -35,9 +48,22 @@ def pad_to_tile(images: torch.Tensor, tile: int, mode: str = "constant") -> torc
     return F.pad(images, pad, mode=mode)
 
 
+def edge_distances(start: int, tile: int, length: int, scale: int) -> torch.Tensor:
+    """(tile·scale,) the distance of each output pixel of a window at `start` (input pixels) from the window's
+    nearer edge along one axis, in output pixels measured to pixel centres; an edge on the image's border
+    (start 0, or end at `length`) is infinitely far."""
+    side = tile * scale
+    index = torch.arange(side, dtype=torch.float32) + 0.5
+    before = index if start > 0 else torch.full_like(index, torch.inf)
+    after = side - index if start + tile < length else torch.full_like(index, torch.inf)
+    return torch.minimum(before, after)
+
+
 def tiled_apply(fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, tile: int, stride: int,
-                batch_size: int = 8, scale: int = 1, pad_mode: str = "constant") -> torch.Tensor:
-    """fn over overlapping tiles of images (B, C, H, W) -> (B, K, H·scale, W·scale), overlaps averaged.
+                batch_size: int = 8, scale: int = 1, pad_mode: str = "constant", blend: str = "mean"
+                ) -> torch.Tensor:
+    """fn over overlapping tiles of images (B, C, H, W) -> (B, K, H·scale, W·scale), overlaps blended by `blend`
+    (one of BLENDS, the module's docstring says how).
 
     fn: (n, C, tile, tile) -> (n, K, tile·scale, tile·scale), called with at most batch_size·B tiles at a time
     (batch_size window positions, each for the B images). The sums are accumulated in float32 on the outputs'
@@ -45,12 +71,15 @@ def tiled_apply(fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor
     """
     if stride < 1 or stride > tile:
         raise ValueError(f"the stride between tiles must be in 1..tile ({tile}), got {stride}")
+    if blend not in BLENDS:
+        raise ValueError(f"blend must be one of {', '.join(BLENDS)}, got {blend!r}")
     B, _, H, W = images.shape
     padded = pad_to_tile(images, tile, pad_mode)
     ph, pw = padded.shape[-2:]
     boxes = [(y, x) for y in window_starts(ph, tile, stride) for x in window_starts(pw, tile, stride)]
     out_tile = tile * scale
-    total = count = out_dtype = None
+    ramp = (tile - stride) * scale  # the band two neighbours share, in output pixels
+    total = weight = out_dtype = None
     for start in range(0, len(boxes), batch_size):
         chunk = boxes[start:start + batch_size]
         windows = torch.cat([padded[:, :, y:y + tile, x:x + tile] for y, x in chunk])  # (len(chunk)·B, C, tile, tile)
@@ -59,9 +88,24 @@ def tiled_apply(fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor
         if total is None:
             out_dtype = outputs.dtype
             total = outputs.new_zeros(B, outputs.shape[2], ph * scale, pw * scale, dtype=torch.float32)
-            count = outputs.new_zeros(1, 1, ph * scale, pw * scale, dtype=torch.float32)
+            # mean, window: the weights summed; centre: the best distance from an edge so far
+            weight = outputs.new_zeros(1, 1, ph * scale, pw * scale, dtype=torch.float32)
         for (y, x), window in zip(chunk, outputs):
-            y, x = y * scale, x * scale
-            total[:, :, y:y + out_tile, x:x + out_tile] += window
-            count[:, :, y:y + out_tile, x:x + out_tile] += 1
-    return (total / count)[:, :, :H * scale, :W * scale].to(out_dtype)
+            d_y = edge_distances(y, tile, ph, scale).to(total.device)[:, None]  # (tile·s, 1)
+            d_x = edge_distances(x, tile, pw, scale).to(total.device)[None, :]  # (1, tile·s)
+            region = (slice(None), slice(None), slice(y * scale, y * scale + out_tile),
+                      slice(x * scale, x * scale + out_tile))
+            if blend == "centre":
+                distance = torch.minimum(d_y, d_x)
+                better = distance > weight[region]
+                total[region] = torch.where(better, window.float(), total[region])
+                weight[region] = torch.where(better, distance, weight[region])
+                continue
+            if blend == "window" and ramp > 0:
+                w = (d_y / ramp).clamp(max=1) * (d_x / ramp).clamp(max=1)
+            else:
+                w = torch.ones(out_tile, out_tile, device=total.device)
+            total[region] += window * w
+            weight[region] += w
+    out = total if blend == "centre" else total / weight
+    return out[:, :, :H * scale, :W * scale].to(out_dtype)

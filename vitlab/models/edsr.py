@@ -6,9 +6,16 @@ is measured against, with IPT's multi-task layout: per-task heads and tails arou
                                            the long skip
     y   = tail_t(f_B)                      pixel-shuffle upsampling by the task's scale, a 3×3 conv to RGB
 
+With `global_residual` the tail's output is a difference added to the bicubic upsampling of the input (VDSR's global
+residual learning; the input itself for denoising and deraining), and the tail's last convolution starts at zero, so
+an untrained network already gives the baseline:
+
+    y   = bicubic_s(x) + tail_t(f_B)           (no mean added back: the difference has none to restore)
+
 EDSR-baseline is 16 blocks of 64 features with residual scaling 1 (the paper's small model, 1.4M parameters for
-one ×2 task). The mean shift and the 0–255 working range are IPT's and EDSR's. Unlike IPT, the network is fully
-convolutional: it restores an image of any size in one pass, and `forward_chop` tiles only to bound memory.
+one ×2 task); vitlab's preset adds the global residual, which the paper's model has not. The mean shift and the
+0–255 working range are IPT's and EDSR's. Unlike IPT, the network is fully convolutional: it restores an image of
+any size in one pass, and `forward_chop` tiles only to bound memory.
 
 Shapes: x (B, 3, H, W) in [0, 1] -> (B, 3, H·s, W·s); s the task's scale.
 """
@@ -22,15 +29,24 @@ import torch
 from torch import nn
 
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
-from ..layers.tiling import tiled_apply
+from ..layers.tiling import BLEND
 from .family import ExportSpec, ModelFamily
-from .ipt import PAPER_DEGRADATIONS, degradation_scale, restorer_export_spec, task_index_of
+from .ipt import (
+    PAPER_DEGRADATIONS,
+    add_baseline,
+    degradation_scale,
+    restorer_export_spec,
+    task_index_of,
+    tiled_restore,
+    zero_last_convolutions,
+)
 from .registry import register_config, register_model
 
 
 class EDSR(nn.Module):
     def __init__(self, degradations: tuple[str, ...] = PAPER_DEGRADATIONS, channels: int = 64, num_blocks: int = 16,
-                 res_scale: float = 1.0, rgb_range: float = 255.0, in_chans: int = 3) -> None:
+                 res_scale: float = 1.0, rgb_range: float = 255.0, in_chans: int = 3,
+                 global_residual: bool = False) -> None:
         super().__init__()
         if not degradations:
             raise ValueError("EDSR needs at least one degradation, e.g. ('sr2',)")
@@ -44,6 +60,9 @@ class EDSR(nn.Module):
         self.tail = nn.ModuleList(nn.Sequential(Upsampler(s, channels), same_conv(channels, in_chans, 3))
                                   for s in self.scales)
         self.add_mean = MeanShift(rgb_range, sign=1)
+        self.global_residual = global_residual
+        if global_residual:
+            zero_last_convolutions(self.tail)
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -63,20 +82,25 @@ class EDSR(nn.Module):
     def forward(self, x: torch.Tensor, task: str | int = 0) -> torch.Tensor:
         """x (B, 3, H, W) in [0, 1] -> (B, 3, H·s, W·s), not clamped."""
         t = self.task_index(task)
+        return add_baseline(self, x, t, self.network(x, t))
+
+    def network(self, x: torch.Tensor, t: int) -> torch.Tensor:
+        """What the layers compute: the restored image, or with global_residual its difference from the baseline.
+        (forward_chop goes through forward, which a runtime replaces by its graph.)"""
         features = self.head[t](self.sub_mean(x * self.rgb_range))
         features = self.body(features) + features
-        return self.add_mean(self.tail[t](features)) / self.rgb_range
+        out = self.tail[t](features)
+        return (out if self.global_residual else self.add_mean(out)) / self.rgb_range
 
     @torch.no_grad()
     def forward_chop(self, x: torch.Tensor, task: str | int = 0, overlap: int = 12, batch_size: int = 64,
-                     tile: int = 192) -> torch.Tensor:
-        """Any-size images, restored in `tile`-pixel tiles (overlaps averaged) so that memory stays bounded; an
-        image no larger than a tile goes through in one pass."""
+                     tile: int = 192, blend: str = BLEND) -> torch.Tensor:
+        """Any-size images, restored in `tile`-pixel tiles (overlaps blended, layers/tiling.py) so that memory stays
+        bounded; an image no larger than a tile goes through in one pass."""
         t = self.task_index(task)
         if max(x.shape[-2:]) <= tile:
             return self(x, t)
-        return tiled_apply(lambda tiles: self(tiles, t), x, tile, tile - overlap, batch_size, scale=self.scales[t],
-                           pad_mode="reflect")
+        return tiled_restore(self, x, t, tile, overlap, batch_size, blend)
 
 
 @register_config
@@ -95,6 +119,7 @@ class EDSRConfig(ModelFamily):
     res_scale: float = 1.0
     rgb_range: float = 255.0
     in_chans: int = 3
+    global_residual: bool = False  # predict the difference from bicubic (or from the input), the tail zeroed
 
     def __post_init__(self) -> None:
         for name in self.degradations:
@@ -109,12 +134,13 @@ class EDSRConfig(ModelFamily):
 
     def build(self) -> EDSR:
         model = EDSR(self.degradations, self.channels, self.num_blocks, self.res_scale, self.rgb_range,
-                     self.in_chans)
+                     self.in_chans, self.global_residual)
         model.config = self
         return model
 
 
 @register_model
 def edsr_baseline() -> EDSRConfig:
-    """The paper's EDSR-baseline: 16 ResBlocks of 64 features, residual scaling 1."""
-    return EDSRConfig()
+    """The paper's EDSR-baseline: 16 ResBlocks of 64 features, residual scaling 1; with a global residual to the
+    bicubic image, so that training on a laptop starts from the baseline rather than below it."""
+    return EDSRConfig(global_residual=True)

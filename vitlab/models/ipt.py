@@ -9,7 +9,13 @@ restoration tasks, each with its own convolutional head and tail.
     f_D   = fold(z_D + MLP(z_D)) + f_H               an MLP head with a residual, back to the map, then the body's
     y     = tail_t(f_D)                              residual; the tail upsamples (pixel shuffle) and maps to RGB
 
-The mean shift subtracts DIV2K's mean colour before the head and adds it back after the tail. Tasks are named by
+The mean shift subtracts DIV2K's mean colour before the head and adds it back after the tail. With
+`global_residual` (vitlab's, off in the paper's structure so that its releases run unchanged) the tail's output is a
+difference added to the bicubic upsampling of the input, or to the input itself for denoising and deraining, and the
+tail's last convolution starts at zero, so an untrained model already gives the baseline:
+
+    y     = bicubic_s(x) + tail_t(f_D)               VDSR's global residual learning (Kim et al. 2016)
+ Tasks are named by
 their degradation (`sr2`, `sr3`, `sr4`, `denoise30`, `denoise50`, `derain`); the model holds one head, one tail and
 one task embedding per name, in the order of `degradations`.
 
@@ -36,7 +42,8 @@ from torch import nn
 
 from ..layers.blocks import EncoderBlock, PreNormDecoderBlock
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
-from ..layers.tiling import tiled_apply
+from ..layers.resample import bicubic_upsample
+from ..layers.tiling import BLEND, tiled_apply
 from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
@@ -74,6 +81,36 @@ def restorer_export_spec(model: nn.Module, example: tuple[torch.Tensor, ...] | N
     free = {0: "batch", 2: "height", 3: "width"} if free_size else {0: "batch"}
     return ExportSpec("restorer", lambda m, x: (m(x, index),), ("images",), ("restored",), example, (free,),
                       task=index, meta={"degradation": model.degradations[index]})
+
+
+def zero_last_convolutions(tails: nn.ModuleList) -> None:
+    """Each tail's last convolution to zero: a global-residual network starts as its baseline, and its first steps
+    move it from there (the gradient still reaches the zeroed weights through their non-zero input)."""
+    for tail in tails:
+        nn.init.zeros_(tail[-1].weight)
+        nn.init.zeros_(tail[-1].bias)
+
+
+def add_baseline(model: nn.Module, x: torch.Tensor, task: int, out: torch.Tensor) -> torch.Tensor:
+    """A restorer's network output `out` (B, 3, H·s, W·s) plus, with a global residual, the baseline of its input
+    x (B, 3, H, W): bicubic upsampling for super-resolution, x itself otherwise."""
+    return out + bicubic_upsample(x, model.scales[task]) if model.global_residual else out
+
+
+def tiled_restore(model: nn.Module, x: torch.Tensor, task: int, tile: int, overlap: int, batch_size: int,
+                  blend: str) -> torch.Tensor:
+    """A restorer over overlapping tiles of x (B, 3, H, W) -> (B, 3, H·s, W·s) (layers/tiling.py). Each tile goes
+    through `model(tiles, task)` (on a runtime, its graph); with a global residual each tile's own baseline is taken
+    off before blending and the whole image's added after, so that the baseline shows no tile edge."""
+    scale = model.scales[task]
+
+    def restore_tiles(tiles: torch.Tensor) -> torch.Tensor:
+        out = model(tiles, task)
+        return out - bicubic_upsample(tiles, scale) if model.global_residual else out
+
+    out = tiled_apply(restore_tiles, x, tile, tile - overlap, batch_size, scale=scale, pad_mode="reflect",
+                      blend=blend)
+    return add_baseline(model, x, task, out)
 
 
 class IPTHead(nn.Sequential):
@@ -155,7 +192,7 @@ class IPT(nn.Module):
     def __init__(self, degradations: tuple[str, ...] = PAPER_DEGRADATIONS, channels: int = 64, patch_size: int = 48,
                  patch_dim: int = 3, num_heads: int = 12, num_layers: int = 12, mlp_ratio: float = 4.0,
                  dropout: float = 0.0, pos_every: bool = False, rgb_range: float = 255.0, in_chans: int = 3,
-                 fused_attn: bool = True) -> None:
+                 fused_attn: bool = True, global_residual: bool = False) -> None:
         super().__init__()
         if not degradations:
             raise ValueError("IPT needs at least one degradation, e.g. ('sr2',)")
@@ -168,6 +205,9 @@ class IPT(nn.Module):
                             len(self.degradations), dropout, pos_every, fused_attn)
         self.tail = nn.ModuleList(IPTTail(s, channels, in_chans) for s in self.scales)
         self.add_mean = MeanShift(rgb_range, sign=1)
+        self.global_residual = global_residual
+        if global_residual:
+            zero_last_convolutions(self.tail)
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -191,28 +231,34 @@ class IPT(nn.Module):
         if x.ndim != 4:
             raise ValueError(f"expected images (B, C, H, W), got shape {tuple(x.shape)}")
         t = self.task_index(task)
-        x = self.sub_mean(x * self.rgb_range)
-        features = self.head[t](x)
-        body, tokens = self.body(features, t, return_tokens=True)
-        out = self.add_mean(self.tail[t](body + features)) / self.rgb_range
+        out, tokens = self.network(x, t)
+        out = add_baseline(self, x, t, out)
         return (out, tokens) if return_tokens else out
 
+    def network(self, x: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the layers compute: the restored image (or with global_residual its difference from the baseline),
+        and the decoder's tokens. (forward_chop goes through forward, which a runtime replaces by its graph.)"""
+        features = self.head[t](self.sub_mean(x * self.rgb_range))
+        body, tokens = self.body(features, t, return_tokens=True)
+        out = self.tail[t](body + features)
+        return (out if self.global_residual else self.add_mean(out)) / self.rgb_range, tokens
+
     @torch.no_grad()
-    def forward_chop(self, x: torch.Tensor, task: str | int = 0, overlap: int = 12, batch_size: int = 64
-                     ) -> torch.Tensor:
+    def forward_chop(self, x: torch.Tensor, task: str | int = 0, overlap: int = 12, batch_size: int = 64,
+                     blend: str = BLEND) -> torch.Tensor:
         """Any-size images (B, 3, H, W) in [0, 1] -> (B, 3, H·s, W·s), restored tile by tile.
 
         patch_size tiles every patch_size − overlap pixels, the last flush with each edge, `batch_size` tile
-        positions per forward; overlapping outputs are averaged. A side shorter than a tile is mirrored to one.
-        (The official code keeps only each tile's centre at stride 12 and needs batch 1 on CUDA; this runs on the
-        input's device, any batch.)
+        positions per forward; overlapping outputs are blended as `blend` says (layers/tiling.py; "centre" is the
+        official rule). A side shorter than a tile is mirrored to one. With a global residual the tiles give the
+        network's part and the baseline is the whole image's. (The official code needs batch 1 on CUDA; this runs
+        on the input's device, any batch.)
         """
         t = self.task_index(task)
         S = self.patch_size
         if not 0 <= overlap < S:
             raise ValueError(f"overlap must be in 0..{S - 1} pixels, got {overlap}")
-        return tiled_apply(lambda tiles: self(tiles, t), x, S, S - overlap, batch_size, scale=self.scales[t],
-                           pad_mode="reflect")
+        return tiled_restore(self, x, t, S, overlap, batch_size, blend)
 
     def no_weight_decay(self) -> set[str]:
         return {"body.pos_embed", "body.query_embed"}
@@ -276,6 +322,7 @@ class IPTConfig(ModelFamily):
     pos_every: bool = False
     rgb_range: float = 255.0
     in_chans: int = 3
+    global_residual: bool = False  # predict the difference from bicubic (or from the input), the tails zeroed
 
     def __post_init__(self) -> None:
         for name in self.degradations:
@@ -290,7 +337,8 @@ class IPTConfig(ModelFamily):
 
     def build(self) -> IPT:
         model = IPT(self.degradations, self.channels, self.patch_size, self.patch_dim, self.num_heads,
-                    self.num_layers, self.mlp_ratio, self.dropout, self.pos_every, self.rgb_range, self.in_chans)
+                    self.num_layers, self.mlp_ratio, self.dropout, self.pos_every, self.rgb_range, self.in_chans,
+                    global_residual=self.global_residual)
         model.config = self
         return model
 
@@ -305,5 +353,6 @@ def ipt_base() -> IPTConfig:
 def ipt_small() -> IPTConfig:
     """Sized for 2 CPU cores: 24 features (tokens of 216), 2 + 2 layers of 6 heads, 3.3M parameters for two tasks.
     Measured there (batch 16, a full Adam step): 13.8 patches/s, against 5.0 for 32 features and 4 + 4 layers and
-    9.5 for EDSR-baseline; the body dominates, so depth and width are what this budget cuts."""
-    return IPTConfig(channels=24, num_heads=6, num_layers=2)
+    9.5 for EDSR-baseline; the body dominates, so depth and width are what this budget cuts. With a global residual
+    to the bicubic image (or the input), so that it starts from the baseline rather than below it."""
+    return IPTConfig(channels=24, num_heads=6, num_layers=2, global_residual=True)

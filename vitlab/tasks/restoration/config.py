@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...data.degradations import DEGRADATIONS, check_degradation
-from ...engine.options import check, option
+from ...engine.options import check, check_choices, option
+from ...layers.tiling import BLEND, BLENDS
 from ...models.ipt import PAPER_DEGRADATIONS
 from ..weights_options import WEIGHTS_BY_NAME, strict_option
 
@@ -41,6 +42,11 @@ class RestorationConfig:
                                  "embeddings are matched by task name"
                                  + WEIGHTS_BY_NAME, metavar="PATH", default_text="random")
     strict: bool = strict_option()
+    global_residual: bool | None = option(None, "the network predicts the difference from the bicubic upsampling "
+                                          "(super-resolution) or from the input (denoising, deraining), its tails "
+                                          "starting at zero, so that an untrained model already gives the baseline",
+                                          valued=True, default_text="the model's: true for ipt_small and "
+                                          "edsr_baseline, false for ipt_base and its releases")
     patches_per_task: int = option(1600, "training patches of each task per epoch (random crops, drawn afresh)")
     halve: bool = option(True, "halve the photographs first (PIL bicubic): the wallpapers' JPEG and demosaicing "
                          "artefacts wash out", flag="--no-halve")
@@ -54,10 +60,14 @@ class RestorationConfig:
     eval_crop: int = option(256, "evaluate on each test image's centre, this many pixels square (0: whole images)")
     eval_seed: int = option(0, "seed of the test degradations (the same seed gives the same noisy and rainy inputs)")
     overlap: int = option(12, "tiled inference: pixels that neighbouring tiles share")
+    blend: str = option(BLEND, "tiled inference: how overlapping tiles combine: window (a linear ramp across the "
+                        "shared band), centre (each pixel from the tile it lies deepest in, the official rule) or "
+                        "mean", choices=BLENDS)
     eval_batch_size: int = option(64, "tiled inference: tiles per forward pass")
     skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping")
 
     def __post_init__(self) -> None:
+        check_choices(self)
         parse_degradations(self.degradations)
         check(self.patches_per_task > 0, "patches_per_task", "positive", self.patches_per_task)
         check(self.contrastive_weight >= 0, "contrastive_weight", ">= 0", self.contrastive_weight)

@@ -18,6 +18,7 @@ from ...atomic import atomic_write
 from ...data.degradations import baseline, scale_of
 from ...data.photos import skimage_photos
 from ...data.restoration import RestorationPairs, image_files, load_photos, paired_files, to_tensor
+from ...layers.tiling import BLEND
 from .metrics import quantize, restoration_scores
 from .task import METRICS, find_photographs
 
@@ -109,10 +110,11 @@ def format_evaluation(result: dict[str, Any], which: str) -> str:
 
 @torch.inference_mode()
 def restore_image(model: nn.Module, image: torch.Tensor, degradation: str, overlap: int = 12,
-                  batch_size: int = 64) -> torch.Tensor:
+                  batch_size: int = 64, blend: str = BLEND) -> torch.Tensor:
     """(3, H, W) uint8 -> (3, H·s, W·s) uint8, through the model's tiled inference."""
     device = next(model.parameters()).device
-    out = model.forward_chop(image[None].float().div(255).to(device), degradation, overlap, batch_size)
+    out = model.forward_chop(image[None].float().div(255).to(device), degradation, overlap, batch_size,
+                             blend=blend)
     return quantize(out[0].cpu()).to(torch.uint8)
 
 
@@ -129,7 +131,8 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
             raise FileNotFoundError(f"no image at {path}")
         image = load_photos([path], halve_first=False)[0]
         start = time.perf_counter()
-        restored = restore_image(model, image, name, task.config.overlap, task.config.eval_batch_size)
+        restored = restore_image(model, image, name, task.config.overlap, task.config.eval_batch_size,
+                                 task.config.blend)
         item: dict[str, Any] = {"input": str(path), "degradation": name, "input_size": list(image.shape[-2:]),
                                 "output_size": list(restored.shape[-2:]),
                                 "seconds": round(time.perf_counter() - start, 3)}

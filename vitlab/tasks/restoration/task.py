@@ -170,7 +170,8 @@ class RestorationTask(Task):
     def build_model(self) -> nn.Module:
         c = self.config
         self.model_config()
-        model = create_model(c.model, **{**self.release_overrides(), "degradations": self.tasks})
+        chosen = {} if c.global_residual is None else {"global_residual": c.global_residual}
+        model = create_model(c.model, **{**self.release_overrides(), "degradations": self.tasks, **chosen})
         if c.contrastive_weight > 0 and "return_tokens" not in inspect.signature(model.forward).parameters:
             raise OptionError("contrastive_weight", f"needs a transformer's token features (IPT's); {c.model} has "
                                                     f"none")
@@ -210,7 +211,8 @@ class RestorationTask(Task):
             sums = dict.fromkeys(keys, 0.0)
             for index in range(dist.rank, len(pairs), dist.world_size):
                 lq, hq, _ = pairs[index]
-                out = model.forward_chop(lq[None].to(device), name, c.overlap, c.eval_batch_size).cpu()
+                out = model.forward_chop(lq[None].to(device), name, c.overlap, c.eval_batch_size,
+                                         blend=c.blend).cpu()
                 for key, values in restoration_scores(out, hq[None], scale).items():
                     sums[key] += min(float(values[0]), 100.0)  # an exact restoration (inf dB) counts as 100
                 if with_input:
