@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -189,14 +190,28 @@ def _skimage_photo_folder(root):
 @pytest.mark.slow
 def test_ipt_restoration_benchmark_scores_every_model_against_the_input(tmp_path):
     data = _skimage_photo_folder(tmp_path / "photos")
-    result = _load_script("ipt_restoration").main(["--quick", "--data", str(data), "--out", str(tmp_path)])
-    assert list(result["runs"]) == ["ipt", "cnn", "single_sr2", "single_denoise30"]
+    result = _load_script("ipt_restoration").main(["--quick", "--data", str(data), "--out", str(tmp_path), "--plain",
+                                                   "--single"])
+    assert list(result["runs"]) == ["ipt", "cnn", "ipt_plain", "cnn_plain", "single_sr2", "single_denoise30"]
     assert result["runs"]["single_sr2"]["steps"] == result["runs"]["ipt"]["steps"] // 2  # equal steps per task
-    assert result["num_images"] == 2 and set(result["scores"]) == {"ipt", "cnn", "single"}
+    assert [result["runs"][k]["global_residual"] for k in ("ipt", "cnn", "ipt_plain")] == [True, True, False]
+    assert result["num_images"] == 2 and set(result["scores"]) == {"ipt", "cnn", "ipt_plain", "cnn_plain", "single"}
     for scores in result["scores"].values():
         assert set(scores["degradations"]) == {"sr2", "denoise30"}
+    seams = result["seams"]["ipt"]  # its 48-pixel tiles meet inside the quick run's 80-pixel ×2 inputs
+    assert set(seams["sr2"]) == {"mean", "window", "centre"}
+    assert all(math.isfinite(v) for blend in seams["sr2"].values() for v in blend.values())
+    assert result["machine"]["cpu_capability"] and result["command"].startswith("python ")
     table = (tmp_path / "ipt_restoration_quick.md").read_text()
-    assert "| sr2 |" in table and "+1.5 dB" in table and (tmp_path / "ipt_restoration_quick_crops.png").is_file()
+    assert "| sr2 |" in table and "+0.5 dB" in table and (tmp_path / "ipt_restoration_quick_crops.png").is_file()
+
+
+def test_the_seams_are_the_tile_edges_inside_the_image():
+    mask = _load_script("ipt_restoration").seam_mask(100, 48, 36, 1)
+    # tiles at 0, 36 and 52 (the last flush with the edge): edges inside at 36, 52, 48 and 84, two pixels each side
+    expected = {p for edge in (36, 48, 52, 84) for p in range(edge - 2, edge + 2)}
+    assert set(torch.nonzero(mask).flatten().tolist()) == expected
+    assert set(torch.nonzero(_load_script("ipt_restoration").seam_mask(40, 48, 36, 2)).flatten().tolist()) == set()
 
 
 def test_ipt_speed_benchmark_times_tiled_inference(tmp_path):
