@@ -1,6 +1,7 @@
 """`vitlab train --task detection`, `vitlab eval` and `vitlab predict` on a tiny scenes set, through main([...])."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -82,11 +83,33 @@ def test_a_resumed_run_ends_where_a_straight_one_does(scenes, tmp_path):
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
+@pytest.mark.slow
+def test_denoising_training_resumes_exactly_and_its_run_evaluates_and_predicts(scenes, tmp_path, capsys):
+    dn = ["--dn-groups", "2", "--dn-box-noise", "0.4", "--dn-label-noise", "0.2"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(straight), *TINY, *dn]) == 0
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(stopped), *TINY, *dn,
+                 "--max-epochs-this-run", "1"]) == 0
+    assert main(["train", "--resume", str(stopped)]) == 0
+    a, b = load_file(straight / "last.safetensors"), load_file(stopped / "last.safetensors")
+    assert any(key.startswith("denoising.") for key in a)  # the run trained the denoising embeddings
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    rows = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(row["train_loss_ce_dn"]) for row in rows if "train_loss_ce_dn" in row)
+    assert any("train_loss_ce_dn" in row for row in rows)
+    capsys.readouterr()
+    assert main(["eval", str(straight), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_detections"] == 3 * 8  # the matching queries only, as without
+    assert main(["predict", str(straight), str(sorted((scenes / "images" / "val").glob("*.png"))[0]), "--json"]) == 0
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["train", "--task", "detection"], "--data is needed"),
     (["train", "--task", "detection", "--data", "MISSING"], "has no COCO-format train split"),
     (["train", "--task", "detection", "--data", "SCENES", "--model", "vit_mini_patch7_28"], "must be a detector"),
     (["train", "--task", "detection", "--data", "SCENES", "--eos-coef", "0"], "--eos-coef must be in (0, 1]"),
+    (["train", "--task", "detection", "--data", "SCENES", "--dn-groups", "-1"], "--dn-groups must be >= 0"),
+    (["train", "--task", "detection", "--data", "SCENES", "--dn-box-noise", "2"], "--dn-box-noise must be in [0, 1]"),
 ])
 def test_user_errors_give_one_line_and_rc_2(scenes, tmp_path, capsys, argv, message):
     argv = [str(tmp_path / "missing") if a == "MISSING" else str(scenes) if a == "SCENES" else a for a in argv]

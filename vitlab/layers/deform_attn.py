@@ -398,9 +398,12 @@ class DeformableDecoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, query_pos: torch.Tensor, reference_points: torch.Tensor,
                 memory: torch.Tensor, spatial_shapes: torch.Tensor,
-                memory_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+                memory_padding_mask: torch.Tensor | None = None, self_mask: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """self_mask: which queries each query may attend to, broadcastable to (B, heads, N, N), True = may (or
+        None: all)."""
         qk = x + query_pos
-        x = self.norm1(x + self.drop1(self.self_attn(qk, qk, x)))
+        x = self.norm1(x + self.drop1(self.self_attn(qk, qk, x, attn_mask=self_mask)))
         x = self.norm2(x + self.drop2(self.cross_attn(x + query_pos, reference_points, memory, spatial_shapes,
                                                       memory_padding_mask)))
         return self.norm3(x + self.mlp(x))

@@ -76,6 +76,16 @@ def sine_pos_embed_2d(valid: torch.Tensor, dim: int, temperature: float = 10000.
     return torch.cat([pos_y, pos_x], dim=-1)
 
 
+def sine_box_embed(boxes: torch.Tensor, dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """The sine encoding of boxes (…, 4) in [0, 1] -> (…, 2·dim): each coordinate times 2π at dim/2 frequencies, as
+    sin, cos pairs, the four coordinates one after another (Deformable DETR's two-stage queries; DN-DETR's and
+    DAB-DETR's box queries)."""
+    features = dim // 2
+    inv_freq = temperature ** (-2 * (torch.arange(features, device=boxes.device) // 2) / features)
+    angles = boxes[..., None] * (2 * math.pi) * inv_freq  # (…, 4, features)
+    return torch.stack([angles[..., 0::2].sin(), angles[..., 1::2].cos()], -1).flatten(-3)
+
+
 def resample_pos_embed(
     pos_embed: torch.Tensor,
     new_grid: tuple[int, int],

@@ -36,15 +36,18 @@ import torch
 from torch import nn
 
 from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn
-from ..layers.pos_embed import sine_pos_embed_2d
+from ..layers.pos_embed import sine_box_embed, sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
+from .denoising import DenoisingEmbedding, DenoisingQueries
 from .detr import (
     BoxHead,
     DetectionOutput,
     SetPrediction,
     adapt_detector_checkpoint,
     check_detector_inputs,
+    denoising_embedding,
     detector_export_spec,
+    layered_output,
 )
 from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
@@ -83,15 +86,6 @@ def encoder_reference_points(spatial_shapes: list[tuple[int, int]], ratios: torc
     return torch.cat(points, 1)[:, :, None] * ratios[:, None]  # (B, S, 1, 2) onto each level: (B, S, L, 2)
 
 
-def proposal_pos_embed(boxes: torch.Tensor, dim: int, temperature: float = 10000.0) -> torch.Tensor:
-    """The sine encoding of box logits (B, N, 4) -> (B, N, 2·dim), the two-stage queries' source: each
-    coordinate's sigmoid times 2π at dim/2 frequencies, as sin, cos pairs."""
-    features = dim // 2
-    inv_freq = temperature ** (-2 * (torch.arange(features, device=boxes.device) // 2) / features)
-    angles = boxes.sigmoid()[..., None] * (2 * math.pi) * inv_freq  # (B, N, 4, features)
-    return torch.stack([angles[..., 0::2].sin(), angles[..., 1::2].cos()], -1).flatten(2)
-
-
 class DeformableTransformer(nn.Module):
     """The deformable encoder and decoder, the level embeddings and the queries' reference points (or, two-stage,
     the encoder's proposals). The heads are the detector's; the decoder is handed them for box refinement."""
@@ -123,6 +117,11 @@ class DeformableTransformer(nn.Module):
             nn.init.zeros_(self.reference_points.bias)
         nn.init.normal_(self.level_embed)
 
+    def box_queries(self, boxes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two-stage: boxes (B, N, 4) in [0, 1] -> their queries' position and target (B, N, D) each, from the
+        boxes' sine encoding."""
+        return self.pos_trans_norm(self.pos_trans(sine_box_embed(boxes, self.dim))).split(self.dim, -1)
+
     def proposals(self, memory: torch.Tensor, padding_mask: torch.Tensor, spatial_shapes: list[tuple[int, int]]
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Two-stage: one proposal per encoder pixel, a box centred on it with a side of 0.05 · 2^level of the
@@ -145,12 +144,15 @@ class DeformableTransformer(nn.Module):
 
     def forward(self, sources: list[torch.Tensor], masks: list[torch.Tensor], positions: list[torch.Tensor],
                 query_embed: torch.Tensor | None, heads: list[tuple[nn.Module, nn.Module]],
-                box_refine: bool) -> tuple[list[torch.Tensor], list[torch.Tensor], DetectionOutput | None]:
+                box_refine: bool, denoising: tuple[DenoisingQueries, DenoisingEmbedding] | None = None
+                ) -> tuple[list[torch.Tensor], list[torch.Tensor], DetectionOutput | None]:
         """sources, positions [(B, D, h_l, w_l)], masks [(B, h_l, w_l)] True at padding; query_embed (N, 2D) or
-        None (two-stage); heads: the (class, box) pair of each decoder layer, then the proposals'.
+        None (two-stage); heads: the (class, box) pair of each decoder layer, then the proposals'; denoising: noised
+        objects and their embeddings, decoded before the object queries (models/denoising.py).
 
-        Returns each decoder layer's output (B, N, D), the reference each layer's boxes are relative to ((B, N, 2
-        or 4), in [0, 1]), and, two-stage, the encoder's proposal scores and boxes."""
+        Returns each decoder layer's output (B, N, D) (with denoising (B, Q + N, D)), the reference each layer's
+        boxes are relative to ((B, N, 2 or 4), in [0, 1]), and, two-stage, the encoder's proposal scores and
+        boxes."""
         spatial_shapes = [tuple(s.shape[-2:]) for s in sources]
         shapes = torch.as_tensor(spatial_shapes, dtype=torch.long, device=sources[0].device)  # (L, 2)
         x = torch.cat([s.flatten(2).transpose(1, 2) for s in sources], 1)  # (B, S, D)
@@ -172,18 +174,29 @@ class DeformableTransformer(nn.Module):
             top = scores[..., 0].topk(self.num_proposals, dim=1).indices  # the first class's score, as the paper
             top_boxes = proposal_boxes.gather(1, top[..., None].expand(-1, -1, 4)).detach()
             reference = top_boxes.sigmoid()
-            query_pos, target = self.pos_trans_norm(self.pos_trans(proposal_pos_embed(top_boxes, self.dim))).split(
-                self.dim, -1)
+            query_pos, target = self.box_queries(reference)
         else:
             query_pos, target = query_embed.split(self.dim, -1)
             query_pos = query_pos.unsqueeze(0).expand(batch, -1, -1)  # (B, N, D)
             target = target.unsqueeze(0).expand(batch, -1, -1)
             reference = self.reference_points(query_pos).sigmoid()  # (B, N, 2)
 
+        self_mask = None
+        if denoising is not None:  # the noised objects go first, their boxes as references, the same paths
+            queries, embedding = denoising
+            if self.two_stage:  # the proposals' own way from a box to a query
+                noised_pos, noised_target = self.box_queries(queries.boxes)
+            else:
+                noised_pos, noised_target = embedding.position(queries), 0.0
+            noised_target = noised_target + embedding.content(queries)
+            self_mask = queries.attention_mask(query_pos.shape[1])
+            query_pos, target = torch.cat([noised_pos, query_pos], 1), torch.cat([noised_target, target], 1)
+            reference = torch.cat([queries.boxes[..., :reference.shape[-1]], reference], 1)  # a point: the centre
+
         outputs, references, h = [], [], target
         for index, block in enumerate(self.decoder):
             scale = ratios if reference.shape[-1] == 2 else torch.cat([ratios, ratios], -1)
-            h = block(h, query_pos, reference[:, :, None] * scale[:, None], memory, shapes, padding)
+            h = block(h, query_pos, reference[:, :, None] * scale[:, None], memory, shapes, padding, self_mask)
             outputs.append(h)
             references.append(reference)
             if box_refine:  # this layer's box is the next layer's reference, without a gradient through it
@@ -197,7 +210,7 @@ class DeformableDETR(nn.Module):
 
     def __init__(self, backbone: ResNetBackbone, transformer: DeformableTransformer, num_classes: int,
                  num_queries: int, aux_loss: bool = True, with_box_refine: bool = False,
-                 two_stage: bool = False) -> None:
+                 two_stage: bool = False, denoising: bool = False) -> None:
         super().__init__()
         if two_stage and not with_box_refine:
             raise ValueError("two_stage needs with_box_refine (the proposals' heads are the refining ones)")
@@ -232,6 +245,9 @@ class DeformableDETR(nn.Module):
         if two_stage:  # the reference boxes are sized already
             for head in self.bbox_embed:
                 nn.init.zeros_(head.layers[-1].bias[2:])
+        # trained with denoising queries: their label embedding, and their box encoder where the model has no way
+        # of its own from a box to a query (two-stage has: the proposals')
+        self.denoising = DenoisingEmbedding(num_classes, dim, box_encoder=not two_stage) if denoising else None
 
     def heads(self) -> list[tuple[nn.Module, nn.Module]]:
         """The (class, box) head pair of each decoder layer, then (two-stage) the proposals' pair."""
@@ -257,11 +273,15 @@ class DeformableDETR(nn.Module):
     def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return adapt_detector_checkpoint(self, state)
 
-    def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
+    def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None,
+                denoising: DenoisingQueries | None = None) -> DetectionOutput:
+        """denoising: noised objects to decode beside the object queries (training with DN-DETR's denoising task;
+        their predictions come back as the output's `denoising`)."""
         check_detector_inputs(images, padding_mask)
-        return self.detect(*self.levels(images, padding_mask))
+        return self.detect(*self.levels(images, padding_mask), denoising=denoising)
 
-    def detect(self, sources: list[torch.Tensor], masks: list[torch.Tensor]) -> DetectionOutput:
+    def detect(self, sources: list[torch.Tensor], masks: list[torch.Tensor],
+               denoising: DenoisingQueries | None = None) -> DetectionOutput:
         """The detections from the projected maps [(B, D, h_l, w_l)] and their masks [(B, h_l, w_l)]: the
         transformer and the heads. Padding beyond an image's valid area changes nothing here."""
         positions = [sine_pos_embed_2d(~m, self.transformer.dim, offset=-0.5).permute(0, 3, 1, 2).to(s.dtype)
@@ -269,14 +289,10 @@ class DeformableDETR(nn.Module):
         heads = self.heads()
         hs, references, encoder_output = self.transformer(
             sources, masks, positions, None if self.two_stage else self.query_embed.weight, heads,
-            self.with_box_refine)
-        predictions = []
-        for (class_head, box_head), h, reference in zip(heads, hs, references):
-            boxes = relative_to(reference, box_head(h))  # (B, N, 4)
-            predictions.append(DetectionOutput(class_head(h), boxes.sigmoid()))
-        last = predictions[-1]
-        return DetectionOutput(last.logits, last.pred_boxes, predictions[:-1] if self.aux_loss else [],
-                               encoder_output)
+            self.with_box_refine, None if denoising is None else (denoising, denoising_embedding(self)))
+        layers = [(class_head(h), relative_to(reference, box_head(h)).sigmoid())  # (B, [Q +] N, K), (…, 4)
+                  for (class_head, box_head), h, reference in zip(heads, hs, references)]
+        return layered_output(layers if self.aux_loss else layers[-1:], denoising, encoder_output)
 
 
 @register_config
@@ -340,6 +356,7 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
     with_box_refine: bool = False
     two_stage: bool = False
     aux_loss: bool = True
+    denoising: bool = False  # the label (and box) embeddings of denoising training (DN-DETR); training only
     img_size: int = 800  # recorded for the data pipeline (the shorter side in the paper); any size works
 
     def __post_init__(self) -> None:
@@ -360,7 +377,7 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
                                             self.dropout, self.num_levels, self.enc_points, self.dec_points,
                                             self.two_stage, self.num_queries)
         model = DeformableDETR(backbone, transformer, self.num_classes, self.num_queries, self.aux_loss,
-                               self.with_box_refine, self.two_stage)
+                               self.with_box_refine, self.two_stage, self.denoising)
         model.config = self
         return model
 

@@ -32,6 +32,7 @@ from ..layers.blocks import DecoderBlock, EncoderBlock, PostNormEncoderBlock, Pr
 from ..layers.pos_embed import sine_pos_embed_2d
 from .adapt import adapt_input_channels, fresh_classifiers
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
+from .denoising import DenoisingEmbedding, DenoisingQueries, fit_denoising_tensors, split_denoising
 from .family import ExportSpec, ModelFamily, Release
 from .registry import register_config, register_model
 
@@ -40,12 +41,14 @@ from .registry import register_config, register_model
 class DetectionOutput:
     """What a DETR predicts for a batch: logits (B, N, K + 1), the last column "no object" (Deformable DETR: (B, N,
     K) sigmoid scores, no such column); pred_boxes (B, N, 4) normalised (cx, cy, w, h) in [0, 1]; aux_outputs: the
-    same for each earlier decoder layer, first layer first; enc_outputs: a two-stage model's proposals."""
+    same for each earlier decoder layer, first layer first; enc_outputs: a two-stage model's proposals; denoising:
+    what the denoising queries predict (models/denoising.py), in training with them only."""
 
     logits: torch.Tensor
     pred_boxes: torch.Tensor
     aux_outputs: list[DetectionOutput] = field(default_factory=list)
     enc_outputs: DetectionOutput | None = None
+    denoising: DetectionOutput | None = None  # training with denoising queries: their predictions, the same layout
 
 
 def check_detector_inputs(images: torch.Tensor, padding_mask: torch.Tensor | None) -> None:
@@ -55,6 +58,26 @@ def check_detector_inputs(images: torch.Tensor, padding_mask: torch.Tensor | Non
     if padding_mask is not None and padding_mask.shape != (images.shape[0], *images.shape[2:]):
         raise ValueError(f"padding_mask must be (B, H, W) = {(images.shape[0], *images.shape[2:])}, True at "
                          f"padded pixels; got shape {tuple(padding_mask.shape)}")
+
+
+def denoising_embedding(model: nn.Module) -> DenoisingEmbedding:
+    """The model's denoising embeddings, or an error that says how to get a model with them."""
+    if model.denoising is None:
+        raise ValueError("this model was built without denoising embeddings: build it with denoising=True (vitlab "
+                         "train --dn-groups N does) to train with denoising queries")
+    return model.denoising
+
+
+def layered_output(layers: list[tuple[torch.Tensor, torch.Tensor]], denoising: DenoisingQueries | None = None,
+                   enc_outputs: DetectionOutput | None = None) -> DetectionOutput:
+    """Each decoder layer's (logits, boxes), first layer first, -> the DetectionOutput of the last with the
+    earlier ones as aux_outputs; with denoising queries, their share of every layer split off into `denoising`."""
+    matching = [tuple(split_denoising(t, denoising)[0] for t in layer) for layer in layers]
+    out = DetectionOutput(*matching[-1], [DetectionOutput(*layer) for layer in matching[:-1]], enc_outputs)
+    if denoising is not None:
+        noised = [tuple(split_denoising(t, denoising)[1] for t in layer) for layer in layers]
+        out.denoising = DetectionOutput(*noised[-1], [DetectionOutput(*layer) for layer in noised[:-1]])
+    return out
 
 
 def detector_export_spec(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None) -> ExportSpec:
@@ -78,8 +101,10 @@ def detector_export_spec(model: nn.Module, example: tuple[torch.Tensor, ...] | N
 def adapt_detector_checkpoint(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A detector's checkpoint for another class count (COCO's 91 category ids, say) starts this model's fresh
     class heads, with a warning, and keeps everything else: backbone, transformer, queries, box heads, as the DETR
-    family's maintainers advise for fine-tuning. The input convolution adapts to other channels."""
+    family's maintainers advise for fine-tuning. The input convolution adapts to other channels; denoising
+    embeddings start fresh where the checkpoint has none (models/denoising.py)."""
     target = model.state_dict()
+    state = fit_denoising_tensors(state, target)
     state = adapt_input_channels(state, target, "backbone.conv1.weight")
     heads = [key for key in target if key.startswith("class_embed.")]
     rows = next((state[k].shape[0] for k in heads if k in state and state[k].ndim > 0), None)
@@ -109,19 +134,27 @@ class DetrTransformer(nn.Module):
                 nn.init.xavier_uniform_(param)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, query_pos: torch.Tensor,
-                padding_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """tokens (B, M, D), pos (B, M, D), query_pos (N, D), padding_mask (B, M) True at padded tokens or None.
+                padding_mask: torch.Tensor | None = None,
+                denoising: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """tokens (B, M, D), pos (B, M, D), query_pos (N, D), padding_mask (B, M) True at padded tokens or None;
+        denoising: the denoising queries' content and position (B, Q, D) each and the self-attention mask (B, 1, T,
+        T), put before the object queries (models/denoising.py).
 
-        Returns each decoder layer's normalised output, (B, N, D), first layer first."""
+        Returns each decoder layer's normalised output, (B, N, D) (with denoising (B, Q + N, D)), first layer
+        first."""
         memory = tokens
         for block in self.encoder:
             memory = block(memory, key_padding_mask=padding_mask, pos=pos)
         memory = self.encoder_norm(memory)
         query_pos = query_pos.unsqueeze(0).expand(tokens.shape[0], -1, -1)  # (B, N, D): the same queries per image
         x = torch.zeros_like(query_pos)  # the target starts empty: the queries say only where to look (§3.2)
+        self_mask = None
+        if denoising is not None:
+            content, position, self_mask = denoising
+            x, query_pos = torch.cat([content, x], 1), torch.cat([position, query_pos], 1)  # (B, T, D)
         outputs = []
         for block in self.decoder:
-            x = block(x, memory, memory_key_padding_mask=padding_mask, pos=pos, query_pos=query_pos)
+            x = block(x, memory, self_mask, memory_key_padding_mask=padding_mask, pos=pos, query_pos=query_pos)
             outputs.append(self.decoder_norm(x))
         return outputs
 
@@ -144,7 +177,7 @@ class DETR(nn.Module):
     """images (B, C, H, W), padding_mask (B, H, W) True at padded pixels (None: no padding) -> DetectionOutput."""
 
     def __init__(self, backbone: ResNetBackbone, transformer: DetrTransformer, num_classes: int, num_queries: int,
-                 aux_loss: bool = True) -> None:
+                 aux_loss: bool = True, denoising: bool = False) -> None:
         super().__init__()
         dim = transformer.dim
         self.backbone = backbone
@@ -154,6 +187,8 @@ class DETR(nn.Module):
         self.class_embed = nn.Linear(dim, num_classes + 1)  # + 1: "no object"
         self.bbox_embed = BoxHead(dim, dim)
         self.num_classes, self.num_queries, self.aux_loss = num_classes, num_queries, aux_loss
+        # trained with denoising queries: their label and box embeddings (training only)
+        self.denoising = DenoisingEmbedding(num_classes, dim) if denoising else None
 
     def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
                     ) -> ExportSpec:
@@ -162,7 +197,10 @@ class DETR(nn.Module):
     def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return adapt_detector_checkpoint(self, state)
 
-    def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None) -> DetectionOutput:
+    def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None,
+                denoising: DenoisingQueries | None = None) -> DetectionOutput:
+        """denoising: noised objects to decode beside the object queries (training with DN-DETR's denoising task;
+        their predictions come back as the output's `denoising`)."""
         check_detector_inputs(images, padding_mask)
         features = self.backbone(images)[-1]  # (B, C, h, w)
         B, _, h, w = features.shape
@@ -174,14 +212,18 @@ class DETR(nn.Module):
             valid = ~mask
         pos = sine_pos_embed_2d(valid, self.transformer.dim).flatten(1, 2).to(features.dtype)  # (B, h·w, D)
         tokens = self.input_proj(features).flatten(2).transpose(1, 2)  # (B, D, h, w) -> (B, h·w, D)
+        extra = None
+        if denoising is not None:
+            embedding = denoising_embedding(self)
+            extra = (embedding.content(denoising), embedding.position(denoising),
+                     denoising.attention_mask(self.num_queries))
         layers = self.transformer(tokens, pos, self.query_embed.weight,
-                                  None if mask is None else mask.flatten(1))  # L × (B, N, D)
+                                  None if mask is None else mask.flatten(1), extra)  # L × (B, [Q +] N, D)
         if not self.aux_loss:
             layers = layers[-1:]
-        hs = torch.stack(layers)  # (L, B, N, D)
-        logits, boxes = self.class_embed(hs), self.bbox_embed(hs).sigmoid()  # (L, B, N, K + 1), (L, B, N, 4)
-        aux = [DetectionOutput(logits[i], boxes[i]) for i in range(len(layers) - 1)]
-        return DetectionOutput(logits[-1], boxes[-1], aux)
+        hs = torch.stack(layers)  # (L, B, [Q +] N, D)
+        logits, boxes = self.class_embed(hs), self.bbox_embed(hs).sigmoid()  # (L, B, ·, K + 1), (L, B, ·, 4)
+        return layered_output(list(zip(logits, boxes)), denoising)
 
 
 class SetPrediction:
@@ -270,6 +312,7 @@ class DETRConfig(SetPrediction, ModelFamily):
     pre_norm: bool = False
     num_queries: int = 100
     aux_loss: bool = True
+    denoising: bool = False  # the label and box embeddings of denoising training (DN-DETR); training only
     img_size: int = 800  # recorded for the data pipeline (the shorter side in the paper); any size runs
 
     def __post_init__(self) -> None:
@@ -287,7 +330,7 @@ class DETRConfig(SetPrediction, ModelFamily):
                                   frozen_stages=self.frozen_stages, in_chans=self.in_chans)
         transformer = DetrTransformer(self.dim, self.num_heads, self.enc_layers, self.dec_layers, self.ffn_dim,
                                       self.dropout, self.pre_norm)
-        model = DETR(backbone, transformer, self.num_classes, self.num_queries, self.aux_loss)
+        model = DETR(backbone, transformer, self.num_classes, self.num_queries, self.aux_loss, self.denoising)
         model.config = self
         return model
 

@@ -14,6 +14,12 @@ With `focal` (Deformable DETR, Zhu et al. 2021, §A.2) the class term is the sig
 α = 0.25, γ = 2) of every prediction against its matched class one-hot (all zeros when unmatched: there is no
 "no object" column), summed and divided by the number of objects, weighed 2. A two-stage model's proposals
 (`enc_outputs`) get the same loss against class-agnostic targets (every object of class 0), keys `…_enc`.
+
+With denoising queries (models/denoising.py; DN-DETR, Li et al. 2022) every decoder layer's predictions for them
+get the same three terms with the same weights, without matching: each valid denoising query against the object
+it was noised from, the divisor the number of those queries (objects × groups, averaged over processes). The class
+term is the cross-entropy's mean over them (DETR; none of them is "no object") or the focal loss's sum over them
+divided by their number (Deformable DETR). Keys `…_dn` (final layer), `…_dn_0`, … (earlier layers).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import box_convert, generalized_box_iou, sigmoid_focal_loss
 
+from .denoising import DenoisingQueries
 from .detr import DetectionOutput
 from .detr_matcher import HungarianMatcher, Match
 
@@ -45,9 +52,11 @@ class SetCriterion:
         """Objects per process, averaged over processes (the box terms' divisor), at least 1."""
         return max(self.mean_over_processes(float(sum(len(t["labels"]) for t in targets))), 1.0)
 
-    def __call__(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        """targets[b]: "labels" (M_b,) in 0 … K-1, "boxes" (M_b, 4) normalised cxcywh. Returns "loss" (the weighted
-        total) and every term by name."""
+    def __call__(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]],
+                 denoising: DenoisingQueries | None = None) -> dict[str, torch.Tensor]:
+        """targets[b]: "labels" (M_b,) in 0 … K-1, "boxes" (M_b, 4) normalised cxcywh; denoising: the noised
+        objects the model was given, whose predictions are outputs.denoising. Returns "loss" (the weighted total)
+        and every term by name."""
         num_objects = self.num_objects(targets)
         losses: dict[str, torch.Tensor] = {}
         total = torch.zeros((), device=outputs.logits.device)
@@ -65,7 +74,34 @@ class SetCriterion:
             terms = self.layer_losses(outputs.enc_outputs, agnostic, matches, num_objects)
             total = total + sum(self.weights[name] * value for name, value in terms.items())
             losses.update({name + "_enc": value for name, value in terms.items()})
+        if denoising is not None:
+            if outputs.denoising is None:
+                raise ValueError("denoising queries were given but the outputs hold no predictions of theirs")
+            terms = self.denoising_losses(outputs.denoising, targets, denoising)
+            total = total + sum(self.weights[name.split("_dn")[0]] * value for name, value in terms.items())
+            losses.update(terms)
         losses["loss"] = total
+        return losses
+
+    def denoising_losses(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]],
+                         denoising: DenoisingQueries) -> dict[str, torch.Tensor]:
+        """The class and box terms of every layer's denoising predictions (B, Q, ·) against the objects their
+        queries came from: the valid ones, as one set matched to itself."""
+        image, slot = torch.nonzero(denoising.valid, as_tuple=True)  # (V,) each
+        obj = denoising.object[image, slot]
+        labels = torch.stack([targets[int(b)]["labels"][int(j)] for b, j in zip(image, obj)]) if len(obj) else \
+            torch.zeros(0, dtype=torch.int64)
+        boxes = torch.stack([targets[int(b)]["boxes"][int(j)] for b, j in zip(image, obj)]) if len(obj) else \
+            torch.zeros(0, 4)
+        flat_targets = [{"labels": labels.to(outputs.logits.device), "boxes": boxes.to(outputs.logits.device)}]
+        identity = [(torch.arange(len(obj)), torch.arange(len(obj)))]
+        count = max(self.mean_over_processes(float(len(obj))), 1.0)
+        losses = {}
+        layers = [("_dn", outputs)] + [(f"_dn_{i}", aux) for i, aux in enumerate(outputs.aux_outputs)]
+        for suffix, layer in layers:
+            flat = DetectionOutput(layer.logits[image, slot][None], layer.pred_boxes[image, slot][None])  # (1, V, ·)
+            terms = self.layer_losses(flat, flat_targets, identity, count)
+            losses.update({name + suffix: value for name, value in terms.items()})
         return losses
 
     def layer_losses(self, outputs: DetectionOutput, targets: list[dict[str, torch.Tensor]], matches: list[Match],

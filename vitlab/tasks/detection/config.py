@@ -44,6 +44,13 @@ class DetectionConfig:
     bbox_weight: float = option(5.0, "loss weight of the L1 box loss")
     giou_weight: float = option(2.0, "loss weight of the GIoU loss")
     aux_loss: bool = option(True, "supervise every decoder layer, each with its own matching", flag="--no-aux-loss")
+    dn_groups: int = option(0, "denoising training (DN-DETR): feed the decoder this many groups of the training "
+                            "objects, noised, beside the object queries, and train it to give back the clean ones "
+                            "(no matching); 0: off. Inference never has them")
+    dn_box_noise: float = option(0.4, "denoising: a noised box's centre moves up to this share of half its side "
+                                 "and each side scales by up to this share")
+    dn_label_noise: float = option(0.2, "denoising: the chance that a noised object's class is replaced by a "
+                                   "random one")
     eval_batch_size: int = option(32, "images per batch in evaluation")
     val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
                                       "the folder has no val split")
@@ -63,6 +70,9 @@ class DetectionConfig:
         check(self.dropout is None or 0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
         check(self.max_size is None or self.max_size >= 32, "max_size", ">= 32 pixels", self.max_size)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
+        check(self.dn_groups >= 0, "dn_groups", ">= 0 (0: no denoising)", self.dn_groups)
+        check(0 <= self.dn_box_noise <= 1, "dn_box_noise", "in [0, 1]", self.dn_box_noise)
+        check(0 <= self.dn_label_noise <= 1, "dn_label_noise", "in [0, 1]", self.dn_label_noise)
         check(0 < self.val_fraction < 1, "val_fraction", "in (0, 1)", self.val_fraction)
 
 

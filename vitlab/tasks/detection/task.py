@@ -28,6 +28,7 @@ from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.backbones import classifier_to_backbone_state
+from ...models.denoising import noised_queries
 from ...models.detr_postprocess import postprocess
 from ...models.registry import create_model
 from ..base import Task, register_task, with_absolute_paths
@@ -150,6 +151,8 @@ class DetectionTask(Task):
         c = self.config
         self.model_config()
         overrides = {key: getattr(c, key) for key in ("num_queries", "dropout") if getattr(c, key) is not None}
+        if c.dn_groups:
+            overrides["denoising"] = True  # the denoising queries' embeddings
         classes = num_classes or self.train_set.num_classes
         model = create_model(c.model, **{**self.release_overrides(), "num_classes": classes, "aux_loss": c.aux_loss,
                                          **overrides})
@@ -182,8 +185,13 @@ class DetectionTask(Task):
 
     def loss(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
         images, padding_mask, targets = batch
-        outputs = model(images, padding_mask)
-        losses = self.criterion(outputs, normalized_targets(targets))
+        targets = normalized_targets(targets)
+        c, denoising = self.config, None
+        if c.dn_groups:  # noised from the loop's generator, so a resumed run draws what it would have
+            denoising = noised_queries(targets, c.dn_groups, c.dn_box_noise, c.dn_label_noise,
+                                       self.criterion.num_classes)
+        outputs = model(images, padding_mask) if denoising is None else model(images, padding_mask, denoising=denoising)
+        losses = self.criterion(outputs, targets, denoising)
         # the total, the final layer's terms and the logged errors; the auxiliary and proposal terms are in the
         # total only
         return {key: value for key, value in losses.items() if not key[-1].isdigit() and not key.endswith("_enc")}
