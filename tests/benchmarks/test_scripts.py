@@ -115,6 +115,34 @@ def test_deformable_detr_scenes_benchmark_compares_the_two_detectors(tmp_path):
     assert "| deformable_detr_small |" in result["table"] and out.with_suffix(".png").is_file()
 
 
+def test_denoising_benchmark_compares_at_equal_minutes():
+    compare = _load_script("denoising_detection").compare
+    plain = {"curve": [{"train_min": 10.0, "map_50": 0.1}, {"train_min": 30.0, "map_50": 0.3}]}
+    denoised = {"curve": [{"train_min": 15.0, "epoch": 1, "map_50": 0.3},
+                          {"train_min": 25.0, "epoch": 2, "map_50": 0.34},
+                          {"train_min": 35.0, "epoch": 3, "map_50": 0.6}]}
+    result = compare(plain, denoised, "detr_small", 60.0)
+    gains = [row["gain"] for row in result["rows"]]
+    assert gains[0] == pytest.approx(0.3 - 0.15) and gains[1] == pytest.approx(0.34 - 0.25) and gains[2] is None
+    bars = result["bars"]  # after 20 min only the 25-minute evaluation has a partner: +0.09
+    assert bars["evaluations_after"] == 1 and bars["gain_met"] and bars["smallest_gain_after"] == pytest.approx(0.09)
+    assert bars["target_reached_at_min"] == 35.0 and bars["target_met"]
+
+
+@pytest.mark.slow
+def test_denoising_benchmark_runs_each_detector_with_and_without(tmp_path):
+    data = _tiny_scenes(tmp_path)
+    out = tmp_path / "denoising_detection.json"
+    _load_script("denoising_detection").main(["--quick", "--data", str(data), "--out", str(out), "--dn-groups", "2"])
+    result = json.loads(out.read_text())
+    assert list(result["results"]) == ["detr_small", "deformable_detr_small"]
+    for pair in result["results"].values():
+        assert pair["plain"]["options"].get("dn_groups", 0) == 0 and pair["denoising"]["options"]["dn_groups"] == 2
+        assert pair["commit"] and pair["machine"]["cpu_capability"]
+        assert len(pair["comparison"]["rows"]) == len(pair["denoising"]["curve"])
+    assert out.with_suffix(".md").read_text().strip() == result["table"] and out.with_suffix(".png").is_file()
+
+
 @pytest.mark.slow
 def test_setr_scenes_benchmark_scores_every_model(tmp_path):
     data = _tiny_scenes(tmp_path)
