@@ -36,14 +36,14 @@ GAIN_AFTER_MIN, GAIN = 20.0, 0.08  # detr_small: the gain denoising must keep at
 TARGET = {"detr_small": 0.5, "deformable_detr_small": 0.68}  # AP50 within 60 minutes
 
 
-def at_minute(curve: list[dict], minute: float) -> float | None:
-    """AP50 of a curve at `minute`, linear between its evaluations; None outside them."""
+def at_minute(curve: list[dict], minute: float, key: str = "map_50") -> float | None:
+    """A curve's `key` (AP50) at `minute` of training, linear between its evaluations; None outside them."""
     for before, after in itertools.pairwise(curve):
         if before["train_min"] <= minute <= after["train_min"]:
             share = (minute - before["train_min"]) / max(after["train_min"] - before["train_min"], 1e-9)
-            return before["map_50"] + share * (after["map_50"] - before["map_50"])
+            return before[key] + share * (after[key] - before[key])
     if curve and abs(curve[-1]["train_min"] - minute) < 1e-9:
-        return curve[-1]["map_50"]
+        return curve[-1][key]
     return None
 
 
