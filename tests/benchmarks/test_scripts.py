@@ -144,6 +144,18 @@ def test_denoising_benchmark_runs_each_detector_with_and_without(tmp_path):
 
 
 @pytest.mark.slow
+def test_setr_pretraining_benchmark_runs_the_three_back_to_back(tmp_path):
+    data = _tiny_scenes(tmp_path)
+    out = tmp_path / "setr_pretraining.json"
+    _load_script("setr_pretraining").main(["--quick", "--data", str(data), "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert list(result["results"]) == ["pretrained", "scratch", "lraspp"]
+    assert result["pretraining"]["train_min"] > 0 and result["results"]["pretrained"]["options"]["weights"]
+    assert result["commit"] and result["machine"]["cpu_capability"] and "against_lraspp" in result["bar"]
+    assert out.with_suffix(".md").read_text().strip() == result["table"] and out.with_suffix(".png").is_file()
+
+
+@pytest.mark.slow
 def test_setr_scenes_benchmark_scores_every_model(tmp_path):
     data = _tiny_scenes(tmp_path)
     out = tmp_path / "setr_scenes.json"

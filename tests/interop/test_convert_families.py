@@ -14,13 +14,14 @@ from vitlab.models.seq2seq import Seq2SeqConfig
 
 SMALL = {"vit": "vit_tiny_patch4_28", "deit": "deit_mini_distilled_patch7_28", "resnet": "resnet18_28",
          "detr": "detr_small", "deformable_detr": "deformable_detr_small", "setr": "setr_mla_small",
-         "ipt": "ipt_small", "edsr": "edsr_baseline", "vqgan": "vqgan_small", "gpt_prior": "gpt_prior_small"}
+         "ipt": "ipt_small", "edsr": "edsr_baseline", "vqgan": "vqgan_small", "gpt_prior": "gpt_prior_small",
+         "mae": "mae_small"}
 
 
 def small_config(family: str, shallow: bool = True):
     if family == "seq2seq":  # no preset: its vocabulary comes from the problem it is trained on
         return Seq2SeqConfig(vocab_size=12, dim=32, depth=1, num_heads=2)
-    return get_config(SMALL[family], **({"depth": 2} if shallow and family in ("vit", "deit") else {}))
+    return get_config(SMALL[family], **({"depth": 2} if shallow and family in ("vit", "deit", "mae") else {}))
 
 
 def built(family: str, shallow: bool = True):

@@ -20,8 +20,8 @@ def tiny(name, seed=0):
 
 # the detectors, SETR, IPT, EDSR, VQGAN and the GPT prior have their own tests: test_detr.py,
 # test_deformable_detr.py, test_setr.py, test_ipt.py, tests/tasks/test_restoration_task.py, test_vqgan.py,
-# test_gpt_prior.py
-NOT_CLASSIFIERS = ("detr", "deformable_detr", "setr", "ipt", "edsr", "vqgan", "gpt_prior")
+# test_gpt_prior.py, and MAE test_mae.py
+NOT_CLASSIFIERS = ("detr", "deformable_detr", "setr", "ipt", "edsr", "vqgan", "gpt_prior", "mae")
 CLASSIFIERS = [name for name in vitlab.list_models() if vitlab.get_config(name).family not in NOT_CLASSIFIERS]
 
 

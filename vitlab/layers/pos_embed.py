@@ -31,7 +31,8 @@ def sincos_1d(num_positions: int, dim: int, temperature: float = 10000.0) -> tor
 
 
 def sincos_2d(grid_size: tuple[int, int], dim: int, temperature: float = 10000.0) -> torch.Tensor:
-    """2-D fixed encoding: half the channels encode the patch row, half the column (as in MoCo v3 and MAE).
+    """2-D fixed encoding: half the channels encode the patch row, half the column, each half Vaswani's
+    interleaved sin/cos (MAE's code orders them otherwise: `sincos_2d_mae`).
 
     Returns (h·w, dim) in row-major grid order. dim must be divisible by 4.
     """
@@ -126,10 +127,33 @@ def resample_pos_embed(
     return torch.cat([prefix, patches], dim=1)
 
 
-def sincos_pos_embed(grid_size: tuple[int, int], dim: int, num_prefix_tokens: int = 1) -> torch.Tensor:
-    """Fixed embedding for a ViT: zeros for the prefix tokens, 2-D sin-cos for the patches. (1, P + h·w, D)."""
+def sincos_2d_mae(grid_size: tuple[int, int], dim: int, temperature: float = 10000.0) -> torch.Tensor:
+    """The 2-D fixed encoding as MAE's (and MoCo v3's) code lays it out: the first half of the channels encodes
+    the patch column, the second the row, each half all its sines, then all its cosines, at frequencies
+    1 / T^(k / (D/4)), k = 0 … D/4 − 1. The same information as `sincos_2d`, in another order; MAE's released
+    decoders were trained on this one. Returns (h·w, dim) in row-major grid order. dim must be divisible by 4."""
+    h, w = grid_size
+    if dim % 4:
+        raise ValueError(f"2-D sin-cos position embeddings need a width divisible by 4, got dim={dim}")
+    quarter = dim // 4
+    inv_freq = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / quarter)  # (D/4,)
+
+    def half(positions: torch.Tensor) -> torch.Tensor:  # (h·w,) -> (h·w, D/2)
+        angles = positions[:, None] * inv_freq
+        return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+
+    rows, cols = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64),
+                                indexing="ij")
+    return torch.cat([half(cols.reshape(-1)), half(rows.reshape(-1))], dim=1).float()
+
+
+def sincos_pos_embed(grid_size: tuple[int, int], dim: int, num_prefix_tokens: int = 1,
+                     layout: str = "interleaved") -> torch.Tensor:
+    """Fixed embedding for a ViT: zeros for the prefix tokens, 2-D sin-cos for the patches (`sincos_2d`, or
+    `sincos_2d_mae` with layout="blocks": the column's then the row's, sines then cosines). (1, P + h·w, D)."""
     prefix = torch.zeros(num_prefix_tokens, dim)
-    return torch.cat([prefix, sincos_2d(grid_size, dim)])[None]
+    table = sincos_2d_mae(grid_size, dim) if layout == "blocks" else sincos_2d(grid_size, dim)
+    return torch.cat([prefix, table])[None]
 
 
 def learned_pos_embed(grid_size: tuple[int, int], dim: int, num_prefix_tokens: int = 1) -> nn.Parameter:

@@ -239,8 +239,10 @@ class SETR(nn.Module):
     def encoder_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A ViT state dict in vitlab's (timm's) names -> the one self.backbone loads: the classifier and final norm
         dropped, the position embedding resampled to the crop's grid, the class token dropped when this encoder
-        has none (MLA)."""
-        state = {k: v for k, v in state.items() if not k.startswith(("head.", "norm.", "fc_norm.", "head_dist."))}
+        has none (MLA). A masked autoencoder's decoder (MAE's keys: `decoder_*`, `mask_token`) is left out too: its
+        encoder is a ViT."""
+        state = {k: v for k, v in state.items()
+                 if not k.startswith(("head.", "norm.", "fc_norm.", "head_dist.", "decoder_", "mask_token"))}
         if "cls_token" in state and self.backbone.num_prefix_tokens == 0:
             state.pop("cls_token")
             if "pos_embed" in state:

@@ -14,12 +14,14 @@ from .detection import DetectionTask
 from .segmentation import SegmentationTask
 from .restoration import RestorationTask
 from .generation import VQGANTask, PriorTask
+from .mim import MIMTask
 # isort: on
 
 __all__ = [
     "TASKS",
     "ClassificationTask",
     "DetectionTask",
+    "MIMTask",
     "PriorTask",
     "RestorationTask",
     "SegmentationTask",

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...engine.options import check, option
+from ...engine.options import check, check_choices, option
+from ...layers.tiling import BLENDS
 from ..weights_options import WEIGHTS_BY_NAME, strict_option
 
 
@@ -33,6 +34,9 @@ class SegmentationConfig:
     head_lr_mult: float = option(10.0, "the decoder's and auxiliary heads' share of --lr (the paper's 10×)")
     stride: int | None = option(None, "sliding-window evaluation: window step in pixels", default_text="2/3 of the "
                                 "crop (the paper's 512 for 768)")
+    blend: str = option("mean", "sliding-window evaluation: how overlapping windows' logits combine: mean (SETR's "
+                        "rule), window (a linear ramp across the shared band) or centre (each pixel from the window "
+                        "it lies deepest in)", choices=BLENDS)
     eval_batch_size: int = option(8, "windows per batch in evaluation")
     val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
                                       "the folder has no val split")
@@ -50,6 +54,7 @@ class SegmentationConfig:
         check(self.stride is None or self.stride > 0, "stride", "positive", self.stride)
         check(self.eval_batch_size > 0, "eval_batch_size", "positive", self.eval_batch_size)
         check(0 < self.val_fraction < 1, "val_fraction", "in (0, 1)", self.val_fraction)
+        check_choices(self)
 
 
 @dataclass(frozen=True)

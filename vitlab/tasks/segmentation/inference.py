@@ -95,7 +95,8 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
         picture = read_image(path, 3, hint=INPUT_HINT)
         pixels = TF.to_dtype(TF.to_image(picture), torch.float32, scale=True)  # (3, H, W) in [0, 1]
         image = TF.normalize(pixels, list(IMAGENET_MEAN), list(IMAGENET_STD))
-        logits = sliding_window_logits(model, image[None].to(device), crop, stride, task.config.eval_batch_size)
+        logits = sliding_window_logits(model, image[None].to(device), crop, stride, task.config.eval_batch_size,
+                                       task.config.blend)
         mask = logits.argmax(1)[0].cpu().numpy().astype(np.uint8)  # (H, W)
         counts = np.bincount(mask.ravel(), minlength=len(classes))
         item: dict[str, Any] = {"input": str(path), "size": list(mask.shape),

@@ -1,7 +1,7 @@
 """Sliding-window inference (the paper's test mode): the image covered by crop × crop windows every `stride`
 pixels, the last window flush with each edge, each window's logits added where it lies and divided by how many
-windows cover each pixel (layers/tiling.py). An image no larger than one window is one forward pass at its own
-size."""
+windows cover each pixel (layers/tiling.py's "mean", SETR's rule; "window" and "centre" weigh each window's edges
+less). An image no larger than one window is one forward pass at its own size."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ __all__ = ["sliding_window_logits", "window_starts"]
 
 @torch.no_grad()
 def sliding_window_logits(model: nn.Module, images: torch.Tensor, crop: int, stride: int,
-                          batch_size: int = 8) -> torch.Tensor:
-    """images (B, C, H, W) -> logits (B, K, H, W), averaged over the overlapping windows (a side shorter than a
-    window is padded with zeros, the normalised mean)."""
+                          batch_size: int = 8, blend: str = "mean") -> torch.Tensor:
+    """images (B, C, H, W) -> logits (B, K, H, W), the overlapping windows' blended as `blend` says (a side
+    shorter than a window is padded with zeros, the normalised mean)."""
     if max(images.shape[-2:]) <= crop:
         return model(images).logits
-    return tiled_apply(lambda windows: model(windows).logits, images, crop, stride, batch_size)
+    return tiled_apply(lambda windows: model(windows).logits, images, crop, stride, batch_size, blend=blend)

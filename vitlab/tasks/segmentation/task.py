@@ -182,7 +182,8 @@ class SegmentationTask(Task):
         crop, stride = self.window()
         matrix = torch.zeros(num_classes, num_classes, dtype=torch.int64)
         for images, masks in loader:
-            logits = sliding_window_logits(model, images.to(device), crop, stride, self.config.eval_batch_size)
+            logits = sliding_window_logits(model, images.to(device), crop, stride, self.config.eval_batch_size,
+                                           self.config.blend)
             matrix += confusion_matrix(logits.argmax(1).cpu(), masks, num_classes)
         model.train(was_training)
         summed = all_reduce_sum([float(v) for v in matrix.flatten().tolist()], self.dist)
