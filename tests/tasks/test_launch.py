@@ -44,8 +44,8 @@ def test_a_folder_run_resumed_mid_epoch_draws_as_the_uninterrupted_one(tmp_path)
 
 def test_an_option_of_another_task_is_refused(tmp_path, capsys):
     assert main(["train", "--task", "seq2seq", "--model", "vit_tiny_patch4_28", "--out", str(tmp_path / "r")]) == 2
-    assert ("--model is an option of --task classification / detection / segmentation / restoration / vqgan / prior / mim, "
-            "not of --task seq2seq"
+    assert ("--model is an option of --task classification / detection / segmentation / restoration / vqgan / prior"
+            " / mim, not of --task seq2seq"
             in capsys.readouterr().err)
     with pytest.raises(TypeError, match=r"unknown option.*'modle'"):
         train(modle="vit_tiny_patch4_28", out=str(tmp_path / "r"))
