@@ -144,15 +144,27 @@ def test_denoising_benchmark_runs_each_detector_with_and_without(tmp_path):
 
 
 @pytest.mark.slow
-def test_setr_pretraining_benchmark_runs_the_three_back_to_back(tmp_path):
+def test_setr_pretraining_benchmark_runs_both_pretrainings_and_the_rivals(tmp_path):
     data = _tiny_scenes(tmp_path)
     out = tmp_path / "setr_pretraining.json"
-    _load_script("setr_pretraining").main(["--quick", "--data", str(data), "--out", str(out)])
+    script = _load_script("setr_pretraining")
+    mini = str(ROOT / "tests" / "fixtures" / "fashion-mnist-mini")
+    script.main(["--quick", "--data", str(data), "--out", str(out), "--fashion-mnist-dir", mini])
     result = json.loads(out.read_text())
-    assert list(result["results"]) == ["pretrained", "scratch", "lraspp"]
-    assert result["pretraining"]["train_min"] > 0 and result["results"]["pretrained"]["options"]["weights"]
-    assert result["commit"] and result["machine"]["cpu_capability"] and "against_lraspp" in result["bar"]
+    assert list(result["results"]) == ["mae", "classified", "scratch", "lraspp"]
+    for key in ("mae", "classified"):
+        assert result["pretraining"][key]["train_min"] > 0 and result["results"][key]["options"]["weights"]
+        assert "against_lraspp" in result["bar"][key] and "against_scratch" in result["bar"][key]
+    assert result["pick"]["picked"] in ("mae", "classified")
+    assert result["commit"] and result["machine"]["cpu_capability"]
     assert out.with_suffix(".md").read_text().strip() == result["table"] and out.with_suffix(".png").is_file()
+    # a later invocation of one run keeps the others, each with the provenance of its own invocation
+    first = result["results"]["mae"]["provenance"]
+    script.main(["--quick", "--data", str(data), "--out", str(out), "--runs", "scratch", "--beside", "a test"])
+    again = json.loads(out.read_text())
+    assert list(again["results"]) == ["mae", "classified", "scratch", "lraspp"]
+    assert again["results"]["mae"]["provenance"] == first and again["pretraining"] == result["pretraining"]
+    assert again["results"]["scratch"]["provenance"]["beside"] == "a test" and "Beside:" in again["table"]
 
 
 @pytest.mark.slow
