@@ -234,7 +234,7 @@ def test_convstem_presets_are_the_plain_twin_with_a_stem(name, twin, readme_coun
     assert type(hybrid.patch_embed) is ConvStemPatchEmbed and type(plain.patch_embed) is PatchEmbed
     patch_proj = sum(p.numel() for p in plain.patch_embed.parameters())
     expected = count_parameters(plain) - patch_proj + stem_parameters(1, c.stem_channels, c.dim)
-    assert count_parameters(hybrid) == expected == readme_count  # the README's table
+    assert count_parameters(hybrid) == expected == readme_count  # the registered-models table in the docs
     # the old spelling builds the same model
     old_spelling = vitlab.create_model(twin, patch_proj="convstem", stem_channels=(32, 64, 128))
     assert old_spelling.config == c

@@ -1,0 +1,193 @@
+"""Renders the tables the README and the documentation site show from the results files, so that every number
+there is one a benchmark recorded.
+
+    python benchmarks/report.py            # rewrite every generated block in README.md and docs/**/*.md
+    python benchmarks/report.py --check    # exit 1, naming the blocks, where a page differs from a fresh render
+
+A page asks for a block with `<!-- report: NAME -->` ... `<!-- /report -->`; the text between the markers is
+replaced by BLOCKS[NAME](), rendered from benchmarks/results/*.json. The systems table reads each system's
+headline measurement here and, beside it, the figure its authors report for a released model (the family's
+release list, vitlab/models/*.py), with the machine's ISA where the results file records it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BLOCK = re.compile(r"(<!-- report: (\w+) -->\n)(.*?)(<!-- /report -->)", re.S)
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def _isa(result: dict) -> str:
+    machine = result.get("machine") or {}
+    return machine.get("cpu_capability") or "ISA not recorded"
+
+
+def _best(curve: list[dict], key: str) -> dict:
+    return max(curve, key=lambda row: row[key])
+
+
+def _reported(tag: str) -> str:
+    """A release's reported figure, as its family file lists it: 'box_ap 42.0 (COCO val2017)'."""
+    sys.path.insert(0, str(ROOT))
+    from vitlab.models import list_pretrained
+
+    release = next(r for r in list_pretrained(tag) if r.tag == tag)
+    figures = ", ".join(f"{key} {value}" for key, value in release.metric.items())
+    return f"{figures} ({release.dataset}; `{tag}`)"
+
+
+# one row per system: (system, paper, year, file, page, headline here from its results file, reference figure)
+def _transformer() -> tuple[str, str]:
+    result = _load("seq2seq_tasks")
+    finals = {row["task"]: row["final_exact_acc"] for row in result["results"]}
+    text = ", ".join(f"{task} {100 * acc:.1f} %" for task, acc in finals.items())
+    return (f"held-out exact-sequence accuracy after 4,000 steps: {text} "
+            f"([seq2seq_tasks](benchmarks/results/seq2seq_tasks.json); {_isa(result)})"), "—"
+
+
+def _vit() -> tuple[str, str]:
+    result = _load("fashion_mnist_recipe")
+    run = next(r for r in result["results"] if r["variant"] == "default")
+    return (f"Fashion-MNIST test accuracy {100 * run['test_acc']:.2f} % ({run['model']}, "
+            f"{run['train_time_s'] / 60:.1f} min of training; "
+            f"[fashion_mnist_recipe](benchmarks/results/fashion_mnist_recipe.json); {_isa(result)})",
+            _reported("vit_base_patch16_224.augreg2_in21k_ft_in1k"))
+
+
+def _deit() -> tuple[str, str]:
+    result = _load("deit_distillation")
+    rows = {row["kind"]: row for row in result["table"]}
+    return (f"Fashion-MNIST test accuracy, 3 epochs, mean of 2 seeds: {rows['hard']['mean']:.2f} % with hard "
+            f"distillation against {rows['none']['mean']:.2f} % without "
+            f"([deit_distillation](benchmarks/results/deit_distillation.json); {_isa(result)})",
+            _reported("deit_base_distilled_patch16_224.fb_in1k"))
+
+
+def _detr() -> tuple[str, str]:
+    result = _load("denoising_detection")["results"]["detr_small"]
+    best = _best(result["denoising"]["curve"], "map_50")
+    return (f"scenes AP50 {best['map_50']:.3f} after {best['train_min']:.0f} min with denoising queries (test "
+            f"{result['denoising']['test']['map_50']:.3f}; [denoising_detection]"
+            f"(benchmarks/results/denoising_detection.json); {_isa(result)})", _reported("detr_resnet50.coco"))
+
+
+def _deformable() -> tuple[str, str]:
+    result = _load("deformable_detr_scenes")
+    best = _best(result["results"]["deformable_detr_small"]["curve"], "map_50")
+    return (f"scenes AP50 {best['map_50']:.3f} after {best['train_min']:.0f} min "
+            f"([deformable_detr_scenes](benchmarks/results/deformable_detr_scenes.json); {_isa(result)})",
+            _reported("deformable_detr_resnet50.coco_two_stage"))
+
+
+def _setr() -> tuple[str, str]:
+    result = _load("setr_scenes")
+    best = max((_best(run["curve"], "miou") | {"model": name} for name, run in result["results"].items()
+                if name.startswith("setr")), key=lambda row: row["miou"])
+    return (f"scenes mIoU {best['miou']:.3f} after {best['train_min']:.0f} min ({best['model']}; "
+            f"[setr_scenes](benchmarks/results/setr_scenes.json); {_isa(result)})",
+            _reported("setr_mla_vit_large_patch16_384.ade20k"))
+
+
+def _ipt() -> tuple[str, str]:
+    result = _load("ipt_restoration")
+    scores = result["scores"]["ipt"]["degradations"]
+    sr2, noise = scores["sr2"], scores["denoise30"]
+    return (f"ipt_small, 20 min: ×2 {sr2['psnr_y']:.2f} dB Y-PSNR (bicubic {sr2['input_psnr_y']:.2f}), σ 30 "
+            f"{noise['psnr_y']:.2f} dB (input {noise['input_psnr_y']:.2f}) "
+            f"([ipt_restoration](benchmarks/results/ipt_restoration.json); {_isa(result)})",
+            _reported("ipt_base.sr2"))
+
+
+def _vqgan() -> tuple[str, str]:
+    result = _load("vqgan_fashion_mnist")
+    final = result["final"]
+    return (f"Fashion-MNIST reconstruction PSNR {final['psnr']:.2f} dB, codebook usage {100 * final['usage']:.0f} %, "
+            f"samples classified right {100 * final['class_acc']:.1f} % "
+            f"([vqgan_fashion_mnist](benchmarks/results/vqgan_fashion_mnist.json); {_isa(result)})",
+            _reported("vqgan_f16_16384.imagenet"))
+
+
+SYSTEMS: list[tuple[str, str, str, str, str, Callable[[], tuple[str, str]]]] = [
+    ("The Transformer", "Attention Is All You Need", "2017", "models/seq2seq.py", "systems/transformer.md",
+     _transformer),
+    ("ViT", "An Image is Worth 16x16 Words", "2021", "models/vit.py", "systems/vit.md", _vit),
+    ("DeiT", "Training data-efficient image transformers", "2021", "models/deit.py", "systems/deit.md", _deit),
+    ("DETR", "End-to-End Object Detection with Transformers", "2020", "models/detr.py", "systems/detr.md", _detr),
+    ("Deformable DETR", "Deformable DETR", "2021", "models/deformable_detr.py", "systems/deformable_detr.md",
+     _deformable),
+    ("SETR", "Rethinking Semantic Segmentation ... with Transformers", "2021", "models/setr.py", "systems/setr.md",
+     _setr),
+    ("IPT", "Pre-Trained Image Processing Transformer", "2021", "models/ipt.py", "systems/ipt.md", _ipt),
+    ("VQGAN", "Taming Transformers for High-Resolution Image Synthesis", "2021", "models/vqgan.py",
+     "systems/vqgan.md", _vqgan),
+]
+
+
+def systems(prefix: str = "") -> str:
+    """The systems table; `prefix` leads every link from the page it lands on to the repository root."""
+    lines = ["| system | paper | code | here, trained on 2 CPU cores | its authors report |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, paper, year, code, page, headline in SYSTEMS:
+        here, reference = headline()
+        here = here.replace("](benchmarks/", f"]({prefix}benchmarks/")
+        lines.append(f"| [{name}]({prefix}docs/{page}) | {paper} ({year}) | `vitlab/{code}` | {here} | {reference} |")
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"systems": systems}
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def render(text: str) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + BLOCKS[m.group(2)]() + "\n" + m.group(4), text)
+
+
+def stale() -> list[str]:
+    """'page: block' for every generated block whose text differs from a fresh render."""
+    out = []
+    for page in pages():
+        text = page.read_text()
+        for match in BLOCK.finditer(text):
+            if match.group(2) not in BLOCKS:
+                out.append(f"{page.relative_to(ROOT)}: unknown block {match.group(2)!r} (known: {', '.join(BLOCKS)})")
+            elif match.group(3) != BLOCKS[match.group(2)]() + "\n":
+                out.append(f"{page.relative_to(ROOT)}: {match.group(2)}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = stale()
+        for problem in problems:
+            print(f"stale: {problem} (run python benchmarks/report.py)")
+        return 1 if problems else 0
+    for page in pages():
+        text = page.read_text()
+        new = render(text)
+        if new != text:
+            tmp = page.with_suffix(".md.tmp")
+            tmp.write_text(new)
+            tmp.replace(page)
+            print(f"rendered {page.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

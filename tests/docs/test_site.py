@@ -1,0 +1,52 @@
+"""The documentation site builds with `mkdocs build --strict` (no broken link, no page left out of the
+navigation, no reference that does not resolve), with a page for every system and every task, and the generated
+pages hold what the code declares now."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEMS = ("transformer", "vit", "deit", "detr", "deformable_detr", "setr", "ipt", "vqgan")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    return out
+
+
+def test_every_system_and_task_has_a_page(site):
+    from vitlab.tasks import TASKS
+
+    for system in SYSTEMS:
+        assert (site / "systems" / system / "index.html").is_file(), f"no page for {system}"
+    for task in TASKS:
+        page = site / "tasks" / task / "index.html"
+        assert page.is_file(), f"no page for the {task} task: add docs/tasks/{task}.md and list it in mkdocs.yml"
+        html = page.read_text()
+        assert "generated: task" not in html and "Training options" in html and "vitlab eval" in html
+
+
+def test_the_command_line_reference_is_generated_from_the_parser(site):
+    from vitlab.cli.main import build_parser
+
+    html = (site / "reference" / "cli" / "index.html").read_text()
+    subparsers = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    for command in subparsers.choices:
+        assert f'id="vitlab-{command}"' in html, f"vitlab {command} has no section in the reference"
+    assert "--dn-groups" in html and "--mask-ratio" in html  # options of two tasks, straight from their dataclasses
+
+
+def test_the_benchmark_pictures_and_the_walkthrough_are_published(site):
+    assert (site / "results" / "fashion_mnist_recipe.png").is_file()
+    assert (site / "annotated_vit" / "index.html").is_file()
+    assert (site / "reference" / "api" / "index.html").read_text().count("doc-function") >= 5
