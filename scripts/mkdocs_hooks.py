@@ -4,7 +4,9 @@
   picture the benchmark wrote, not a copy that could go stale.
 - `reference/cli.md` is generated from the command line's parser (vitlab/cli/reference.py), which is itself
   generated from the option dataclasses.
-- A page's `<!-- generated: task NAME -->` becomes that task's option tables, generated the same way.
+- A page's `<!-- generated: task NAME -->` becomes that task's option tables, generated the same way, and
+  `<!-- generated: releases PATTERN -->` the table of the releases whose tags match (`vitlab models --pretrained
+  PATTERN --markdown`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_MARKER = re.compile(r"<!-- generated: task (\w+) -->")
+RELEASES_MARKER = re.compile(r"<!-- generated: releases (\S+) -->")
 
 
 def on_files(files, config):
@@ -32,6 +35,8 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
+    from vitlab.cli.models_cmd import releases_markdown
     from vitlab.cli.reference import task_reference
 
+    markdown = RELEASES_MARKER.sub(lambda match: releases_markdown(match.group(1)), markdown)
     return TASK_MARKER.sub(lambda match: task_reference(match.group(1)), markdown)

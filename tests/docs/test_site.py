@@ -28,7 +28,13 @@ def test_every_system_and_task_has_a_page(site):
     from vitlab.tasks import TASKS
 
     for system in SYSTEMS:
-        assert (site / "systems" / system / "index.html").is_file(), f"no page for {system}"
+        page = site / "systems" / system / "index.html"
+        assert page.is_file(), f"no page for {system}"
+        html = page.read_text()
+        for section in ("The idea", "Code map", "Reproduce", "References"):
+            assert section in html, f"the {system} page has no {section!r} section"
+    # a system's releases are generated from its family's list
+    assert "detr_resnet50.coco" in (site / "systems" / "detr" / "index.html").read_text()
     for task in TASKS:
         page = site / "tasks" / task / "index.html"
         assert page.is_file(), f"no page for the {task} task: add docs/tasks/{task}.md and list it in mkdocs.yml"
