@@ -5,8 +5,8 @@
 
 Each task is a full `vitlab train-seq2seq` run (the same engine as the command line, default options unless
 given) in a temporary folder; the held-out ("unseen") exact-sequence accuracy is recorded at every evaluation.
-Writes benchmarks/results/seq2seq_tasks.json and .png, prints a markdown table and puts it in README.md between
-the `<!-- seq2seq-tasks -->` markers (`--no-readme`: leave README.md alone). Run one benchmark at a time: the
+Writes benchmarks/results/seq2seq_tasks.json and .png, prints a markdown table and puts it in the Transformer's page of the site (docs/systems/transformer.md) between
+the `<!-- seq2seq-tasks -->` markers (`--no-readme`: leave the page alone). Run one benchmark at a time: the
 machine has 2 cores.
 """
 
@@ -29,7 +29,7 @@ from vitlab.tasks.launch import loop_config
 from vitlab.tasks.seq2seq import Seq2SeqConfig, Seq2SeqTask
 
 RESULTS = Path(__file__).parent / "results"
-README = Path(__file__).parents[1] / "README.md"
+PAGE = Path(__file__).parents[1] / "docs" / "systems" / "transformer.md"
 MARKER = "<!-- seq2seq-tasks -->"
 
 
@@ -92,12 +92,12 @@ def plot(results: list[dict], path: Path) -> None:
 
 
 def update_readme(table: str, note: str) -> bool:
-    """Replace what lies between the two markers in README.md; False when they are not there."""
-    text = README.read_text() if README.is_file() else ""
+    """Replace what lies between the two markers in the page; False when they are not there."""
+    text = PAGE.read_text() if PAGE.is_file() else ""
     parts = text.split(MARKER)
     if len(parts) != 3:
         return False
-    README.write_text(parts[0] + MARKER + "\n" + table + "\n\n" + note + "\n" + MARKER + parts[2])
+    PAGE.write_text(parts[0] + MARKER + "\n" + table + "\n\n" + note + "\n" + MARKER + parts[2])
     return True
 
 
@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--steps", type=int, help="optimizer steps per task (default: the command's default)")
     parser.add_argument("--out", default=str(RESULTS / "seq2seq_tasks.json"))
-    parser.add_argument("--no-readme", dest="readme", action="store_false", help="do not update README.md")
+    parser.add_argument("--no-readme", dest="readme", action="store_false", help="do not update docs/systems/transformer.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         results = [run_task(task, args.steps, Path(root)) for task in args.tasks]

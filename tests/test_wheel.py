@@ -1,0 +1,53 @@
+"""vitlab as a user gets it from an index: `python -m build` makes a wheel and an sdist, and the wheel, installed
+into a fresh virtual environment, runs `vitlab --help`, `vitlab models` and a forward pass, with its package data
+(the photographs' list) inside.
+
+The fresh environment takes vitlab from the wheel only; its dependencies (torch alone is gigabytes) come from the
+environment running the tests, added to its path by a .pth file, so nothing is downloaded."""
+
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _run(*args, **kwargs):
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, check=False, timeout=600, **kwargs)
+    assert done.returncode == 0, f"{' '.join(map(str, args))} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_the_wheel_installs_into_a_fresh_environment_and_runs(tmp_path):
+    pytest.importorskip("build", reason="the test extra: pip install -e '.[test]'")
+    dist = tmp_path / "dist"
+    # --no-isolation: the build backend (setuptools) from this environment, as there is no index to fetch it from
+    _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT, cwd=tmp_path)
+    wheel, = dist.glob("vitlab-*.whl")
+    sdist, = dist.glob("vitlab-*.tar.gz")
+    assert "vitlab/data/photos.json" in zipfile.ZipFile(wheel).namelist()
+    assert any(name.endswith("vitlab/data/photos.json") for name in tarfile.open(sdist).getnames())
+
+    env = tmp_path / "env"
+    _run(sys.executable, "-m", "venv", env)
+    python = env / "bin" / "python"
+    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", wheel)
+
+    assert "train" in _run(env / "bin" / "vitlab", "--help")
+    assert "vit_base_patch16_224" in _run(env / "bin" / "vitlab", "models")
+    out = _run(python, "-c", """
+import importlib.resources, torch, vitlab
+print(vitlab.__file__)
+print(importlib.resources.files("vitlab.data").joinpath("photos.json").is_file())
+print(tuple(vitlab.create_model("vit_tiny_patch16_224", num_classes=3)(torch.randn(1, 3, 224, 224)).shape))
+""", cwd=tmp_path).split()
+    assert out[0].startswith(str(site)), f"vitlab came from {out[0]}, not from the installed wheel"
+    assert out[1:] == ["True", "(1,", "3)"]
