@@ -5,9 +5,9 @@
 
 Each task is a full `vitlab train-seq2seq` run (the same engine as the command line, default options unless
 given) in a temporary folder; the held-out ("unseen") exact-sequence accuracy is recorded at every evaluation.
-Writes benchmarks/results/seq2seq_tasks.json and .png, prints a markdown table and puts it in the Transformer's page of the site (docs/systems/transformer.md) between
-the `<!-- seq2seq-tasks -->` markers (`--no-readme`: leave the page alone). Run one benchmark at a time: the
-machine has 2 cores.
+Writes benchmarks/results/seq2seq_tasks.json and .png, prints a markdown table and puts it in the Transformer's
+page of the site (docs/systems/transformer.md) between the `<!-- seq2seq-tasks -->` markers (`--no-readme`: leave
+the page alone). Run one benchmark at a time: the machine has 2 cores.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--steps", type=int, help="optimizer steps per task (default: the command's default)")
     parser.add_argument("--out", default=str(RESULTS / "seq2seq_tasks.json"))
-    parser.add_argument("--no-readme", dest="readme", action="store_false", help="do not update docs/systems/transformer.md")
+    parser.add_argument("--no-readme", dest="readme", action="store_false", help="do not update the page")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         results = [run_task(task, args.steps, Path(root)) for task in args.tasks]
@@ -124,7 +124,7 @@ def main() -> None:
             f"{MAX_HELD_OUT_SHARE:.0%} of any length's sources, so short lengths have few test sequences "
             f"(1 of length 1).")
     if args.readme and update_readme(table, note):
-        print(f"updated the table in {README}")
+        print(f"updated the table in {PAGE}")
 
 
 if __name__ == "__main__":

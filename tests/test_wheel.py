@@ -31,8 +31,10 @@ def test_the_wheel_installs_into_a_fresh_environment_and_runs(tmp_path):
     _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT, cwd=tmp_path)
     wheel, = dist.glob("vitlab-*.whl")
     sdist, = dist.glob("vitlab-*.tar.gz")
-    assert "vitlab/data/photos.json" in zipfile.ZipFile(wheel).namelist()
-    assert any(name.endswith("vitlab/data/photos.json") for name in tarfile.open(sdist).getnames())
+    with zipfile.ZipFile(wheel) as archive:
+        assert "vitlab/data/photos.json" in archive.namelist()
+    with tarfile.open(sdist) as archive:
+        assert any(name.endswith("vitlab/data/photos.json") for name in archive.getnames())
 
     env = tmp_path / "env"
     _run(sys.executable, "-m", "venv", env)
