@@ -67,6 +67,16 @@ def compare(plain: dict, denoised: dict, model: str, budget_min: float) -> dict:
     return {"rows": rows, "bars": bars}
 
 
+def table_of(record: dict) -> str:
+    """The results file's table, from what the file records (benchmarks/report.py renders it the same way)."""
+    results = record["results"]
+    head = ("Denoising queries on the scenes, each pair run back to back; "
+            + "; ".join(f"{model}: {pair['machine']['cpu']} ({pair['machine']['cpu_capability']}), "
+                        f"{pair['machine']['threads']} threads, commit {pair['commit']}"
+                        for model, pair in results.items()))
+    return markdown(results, head)
+
+
 def markdown(results: dict[str, dict], head: str) -> str:
     lines = [head, "", "| model | denoising | epochs | training min | images/s | AP50 after each epoch | "
              "best val AP50 | test AP50 (selected on val) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -163,11 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
         results[model] = {"plain": plain, "denoising": denoised,
                           "comparison": compare(plain, denoised, model, args.budget_min), **provenance()}
     results = {model: results[model] for model in MODELS if model in results}
-    head = ("Denoising queries on the scenes, each pair run back to back; "
-            + "; ".join(f"{model}: {pair['machine']['cpu']} ({pair['machine']['cpu_capability']}), "
-                        f"{pair['machine']['threads']} threads, commit {pair['commit']}"
-                        for model, pair in results.items()))
-    table = markdown(results, head)
+    table = table_of({"results": results})
     print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")

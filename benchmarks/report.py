@@ -148,6 +148,36 @@ def systems(prefix: str = "") -> str:
 BLOCKS: dict[str, Callable[[], str]] = {"systems": systems}
 
 
+def _script(name: str):
+    """A benchmark script as a module (they live in benchmarks/, run as files)."""
+    import importlib.util
+
+    key = f"benchmarks_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module  # before it runs: its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+# results tables the pages quote, each re-rendered from its JSON by the function its benchmark wrote it with
+TABLES: dict[str, Callable[[dict], str]] = {
+    "ipt_restoration": lambda record: _script("ipt_restoration").markdown(record),
+    "denoising_detection": lambda record: _script("denoising_detection").table_of(record),
+    "setr_pretraining": lambda record: _script("setr_pretraining").table_of(record),
+    **{f"transfer_{system}": lambda record: _script("transfer").report(record)
+       for system in ("detection", "segmentation", "classification")},
+}
+
+
+def rendered_table(name: str) -> str:
+    """benchmarks/results/NAME.md as its benchmark's renderer makes it now from NAME.json."""
+    if name not in TABLES:
+        raise KeyError(f"no renderer for {name}: add its benchmark's table function to TABLES in benchmarks/report.py")
+    return TABLES[name](_load(name))
+
+
 def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 

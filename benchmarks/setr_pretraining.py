@@ -128,6 +128,16 @@ def pick(results: dict[str, dict]) -> dict | None:
             "best": {key: max(row["miou"] for row in results[key]["curve"]) for key in PRETRAINED}}
 
 
+def table_of(record: dict) -> str:
+    """The results file's table, from what the file records (benchmarks/report.py renders it the same way)."""
+    results = record["results"]
+    machines = sorted({f"{r['provenance']['machine']['cpu']} ({r['provenance']['machine']['cpu_capability']})"
+                       for r in results.values()})
+    head = (f"SETR pretraining on the scenes, run back to back on {' and '.join(machines)}, "
+            f"{record['machine']['threads']} threads")
+    return markdown(results, record["pretraining"], record["bar"], record["pick"], head)
+
+
 def markdown(results: dict[str, dict], pretraining: dict[str, dict], bar: dict, choice: dict | None,
              head: str) -> str:
     lines = [head, ""]
@@ -263,17 +273,13 @@ def main(argv: list[str] | None = None) -> dict:
     order = [key for key in (*PRETRAINED, "scratch", "lraspp") if key in results]
     results = {key: results[key] for key in order}
     bar, choice = bars(results, args.budget_min), pick(results)
-    where = provenance()
-    machines = sorted({f"{r['provenance']['machine']['cpu']} ({r['provenance']['machine']['cpu_capability']})"
-                       for r in results.values()})
-    head = (f"SETR pretraining on the scenes, run back to back on {' and '.join(machines)}, "
-            f"{where['machine']['threads']} threads")
-    table = markdown(results, pretraining, bar, choice, head)
+    record = {**provenance(), "data": str(data), "pretraining": pretraining, "results": results, "bar": bar,
+              "pick": choice}
+    table = table_of(record)
     print(table)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({**where, "data": str(data), "pretraining": pretraining, "results": results,
-                               "bar": bar, "pick": choice, "table": table}, indent=2) + "\n")
+    tmp.write_text(json.dumps({**record, "table": table}, indent=2) + "\n")
     tmp.replace(out)
     out.with_suffix(".md").write_text(table + "\n")
     plot(results, out.with_suffix(".png"))

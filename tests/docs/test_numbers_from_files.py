@@ -1,7 +1,7 @@
 """Every number the README and the documentation site show comes from a results file:
 
 - a table quoted between `<!-- results: benchmarks/results/NAME.md -->` and `<!-- /results -->` is that file as
-  the benchmark wrote it, with the measurement (NAME.json) beside it;
+  the benchmark wrote it, and the same as benchmarks/report.py renders now from the measurement, NAME.json;
 - a block between `<!-- report: NAME -->` and `<!-- /report -->` is what benchmarks/report.py renders now from the
   results files."""
 
@@ -31,6 +31,15 @@ def test_every_quoted_results_table_is_its_file_as_written():
         assert text.strip() == source.read_text().strip(), (
             f"{page.relative_to(ROOT)}'s copy of {path} differs from the file: paste the file's text between its "
             "markers")
+
+
+def test_every_quoted_table_is_what_its_benchmark_renders_from_the_json_now():
+    report = _report()
+    names = {Path(path).stem for page in PAGES for path, _ in QUOTED.findall(page.read_text())}
+    for name in sorted(names):
+        written = (ROOT / "benchmarks" / "results" / f"{name}.md").read_text().strip()
+        assert report.rendered_table(name).strip() == written, (
+            f"benchmarks/results/{name}.md is not what its benchmark renders from {name}.json now")
 
 
 def test_every_generated_block_is_what_the_report_script_renders_now():
