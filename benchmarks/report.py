@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/report.py`: the repository root makes `vitlab` importable
 RESULTS = ROOT / "benchmarks" / "results"
 BLOCK = re.compile(r"(<!-- report: (\w+) -->\n)(.*?)(<!-- /report -->)", re.S)
 
@@ -39,7 +40,6 @@ def _best(curve: list[dict], key: str) -> dict:
 
 def _reported(tag: str) -> str:
     """A release's reported figure, as its family file lists it: 'box_ap 42.0 (COCO val2017)'."""
-    sys.path.insert(0, str(ROOT))
     from vitlab.models import list_pretrained
 
     release = next(r for r in list_pretrained(tag) if r.tag == tag)
