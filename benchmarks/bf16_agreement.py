@@ -25,10 +25,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--tag", default="bf16_agreement")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    from benchmarks.harness.host import add_beside_option, machine
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     import torch
 
-    from benchmarks.harness.host import machine
     from benchmarks.harness.reporting import write_results
     from vitlab import runtime
     from vitlab.engine.run import RunDir
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{r['top1_agreement_with_torch_fp32']:.4f} | {r['disagreeing_images']} | "
                      f"{r['max_abs_logit_diff']:.2e} | {r['images_per_s']:.0f} |")
     result = {"machine": host, "run": str(args.run), "weights": args.weights, "rows": rows}
-    write_results(args.out, args.tag, result, "\n".join(lines) + "\n")
+    write_results(args.out, args.tag, result, "\n".join(lines) + "\n", beside=args.beside)
     return result
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as `python benchmarks/ddp_speedup.py`: the root makes `benchmarks.harness` import
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -57,6 +59,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--model", default="vit_mini_patch7_28")
     parser.add_argument("--batch", type=int, default=128, help="effective batch (default: 128)")
+    from benchmarks.harness import add_beside_option, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     results = [run(n, args.epochs, args.model, args.batch, cores) for n in [1, *args.nproc]]
@@ -64,9 +69,8 @@ def main() -> None:
     for r in results:
         r["speedup"] = round(r["images_per_s"] / base, 3)
     machine = {"cpus": cores, "torch": torch.__version__, "platform": platform.platform()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "ddp_speedup.json").write_text(json.dumps({"machine": machine, "model": args.model,
-                                                          "epochs": args.epochs, "results": results}, indent=2))
+    write_json(RESULTS / "ddp_speedup.json", {"machine": machine, "model": args.model, "epochs": args.epochs,
+                                              "results": results}, beside=args.beside)
     print(f"{args.model}, {args.epochs} epoch(s) of Fashion-MNIST, effective batch {args.batch}, {cores} cores:\n")
     print("| processes | batch per process | threads per process | images/s | speed-up | train time (s) |")
     print("| --- | --- | --- | --- | --- | --- |")

@@ -98,17 +98,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="a smoke run: a 128-pixel image, 2 rounds of 1 call")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--tag", default="deform_attn_speed")
+    from benchmarks.harness import add_beside_option, machine, write_results
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     size, rounds, calls = (128, 2, 1) if args.quick else (args.size, args.rounds, args.calls)
     rows = []
     for name in args.shapes:
         rows += compare(name, args.batch, size, None if name == "encoder" else 300, rounds, calls)
-    from benchmarks.harness import machine, write_results
-
     host = machine()
     write_results(Path(args.out), args.tag, {"machine": host, "rows": rows},
                   markdown(rows) + f"\n\n{host['cpu']}, {host['threads']} threads, torch {host['torch']}, "
-                  f"transformers {host.get('transformers', '—')}, fp32\n")
+                  f"transformers {host.get('transformers', '—')}, fp32\n", beside=args.beside)
     return rows
 
 

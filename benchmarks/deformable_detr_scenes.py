@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--run-dir", help="keep deformable_detr_small's run there (for detr_pictures.py)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch")
     parser.add_argument("--out", default=str(RESULTS / "deformable_detr_scenes.json"))
+    from benchmarks.harness import add_beside_option, machine, provenance, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     from benchmarks.detr_scenes import ensure_scenes, run_detr
 
@@ -114,17 +117,16 @@ def main(argv: list[str] | None = None) -> dict:
     for model in args.models:
         epochs = args.deformable_epochs if model == "deformable_detr_small" else args.epochs
         run_dir = args.run_dir if model == "deformable_detr_small" else None
-        results[model] = run_detr(data, 1 if args.quick else epochs, options, run_dir, model=model)
+        # each run with the provenance of its own invocation: a model's earlier run is kept when another is run
+        results[model] = {**run_detr(data, 1 if args.quick else epochs, options, run_dir, model=model),
+                          "provenance": provenance(beside=args.beside)}
     if "detr_small" not in results and not args.quick:
         results.update(reused_detr(Path(args.detr_from), {"epochs": args.epochs, **options}))
     results = {model: results[model] for model in MODELS if model in results}
-    from benchmarks.harness import machine
-
     table = markdown(results)
     print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(), "data": str(data), "bar": bar(results), "results": results,
-                               "table": table}, indent=2) + "\n")
+    write_json(out, {"machine": machine(), "data": str(data), "bar": bar(results), "results": results,
+                     "table": table}, beside=args.beside)
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return results

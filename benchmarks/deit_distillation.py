@@ -17,7 +17,6 @@ Run one benchmark at a time: the machine has 2 cores.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from vitlab.engine.run import read_metrics
 from vitlab.tasks import train as train_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ is a package there
-from benchmarks.harness.host import provenance
+from benchmarks.harness import add_beside_option, provenance, write_json
 
 RESULTS = Path(__file__).parent / "results"
 RUNS = RESULTS / "runs"
@@ -63,6 +62,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--kinds", nargs="+", default=["none", "hard"], choices=sorted(STUDENTS))
     parser.add_argument("--reuse", action="store_true", help="take finished runs in results/runs as they are")
+    add_beside_option(parser)
     args = parser.parse_args()
 
     teacher_dir = RUNS / "deit-teacher-resnet18_28"
@@ -83,10 +83,10 @@ def main() -> None:
         times = [r["train_time_s"] for r in runs if r["kind"] == kind]
         table.append({"kind": kind, "model": STUDENTS[kind], "accs": accs, "mean": statistics.mean(accs),
                       "spread": (max(accs) - min(accs)) / 2, "train_time_s": statistics.mean(times)})
-    out = {**provenance(), "epochs": args.epochs, "teacher": {"model": "resnet18_28",
-           "epochs": args.teacher_epochs, **teacher}, "runs": runs, "table": table}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "deit_distillation.json").write_text(json.dumps(out, indent=2))
+    write_json(RESULTS / "deit_distillation.json", {
+        **provenance(beside=args.beside), "epochs": args.epochs,
+        "teacher": {"model": "resnet18_28", "epochs": args.teacher_epochs, **teacher}, "runs": runs, "table": table},
+        beside=args.beside)
 
     print(f"\nFashion-MNIST test accuracy, {args.epochs} epochs per student, seeds {args.seeds}:\n")
     print("| student | distillation | accuracy per seed (%) | mean ± half-range (%) | train time (min) |")

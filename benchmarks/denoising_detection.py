@@ -152,11 +152,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lr", type=float, default=2e-4, help="lr, backbone included")
     parser.add_argument("--budget-min", type=float, default=60.0, help="the minutes the AP50 target is set for")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch")
-    parser.add_argument("--beside", default="nothing", help="what else ran on the machine meanwhile, recorded")
     parser.add_argument("--out", default=str(RESULTS / "denoising_detection.json"))
+    from benchmarks.harness import add_beside_option, provenance, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     from benchmarks.detr_scenes import ensure_scenes, run_detr
-    from benchmarks.harness.host import provenance
 
     data = ensure_scenes(Path(args.data), args.quick)
     out = Path(args.out)
@@ -171,15 +172,13 @@ def main(argv: list[str] | None = None) -> dict:
         plain = run_detr(data, epochs, options, None, model=model)
         denoised = run_detr(data, epochs, {**options, **denoise}, None, model=model)
         results[model] = {"plain": plain, "denoising": denoised,
-                          "comparison": compare(plain, denoised, model, args.budget_min), **provenance()}
+                          "comparison": compare(plain, denoised, model, args.budget_min),
+                          **provenance(beside=args.beside)}
     results = {model: results[model] for model in MODELS if model in results}
     table = table_of({"results": results})
     print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"data": str(data), "budget_min": args.budget_min, "results": results,
-                               "beside": args.beside, "table": table}, indent=2) + "\n")
-    tmp.replace(out)
+    write_json(out, {"data": str(data), "budget_min": args.budget_min, "results": results, "beside": args.beside,
+                     "table": table}, beside=args.beside)
     out.with_suffix(".md").write_text(table + "\n")
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}")

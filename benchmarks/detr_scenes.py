@@ -35,12 +35,14 @@ import json
 import math
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the root makes `benchmarks` import
 RESULTS = Path(__file__).parent / "results"
 BAR = 0.5  # AP50 that detr_small must reach within 60 minutes of training
 
@@ -238,6 +240,9 @@ def main(argv: list[str] | None = None) -> dict:
                         "temporary folder)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, seconds of training")
     parser.add_argument("--out", default=str(RESULTS / "detr_scenes.json"))
+    from benchmarks.harness import add_beside_option, provenance, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     data = ensure_scenes(Path(args.data), args.quick)
     out = Path(args.out)
@@ -247,17 +252,20 @@ def main(argv: list[str] | None = None) -> dict:
         options = {"batch_size": args.batch_size, "lr": args.lr, "backbone_lr": args.lr, "dropout": args.dropout}
         if args.quick:
             options.update(eval_batch_size=8, num_queries=8)
-        results["detr"] = run_detr(data, 1 if args.quick else args.epochs, options, args.run_dir)
+        results["detr"] = {**run_detr(data, 1 if args.quick else args.epochs, options, args.run_dir),
+                           "provenance": provenance(beside=args.beside)}
     if "detr-pretrained" in args.models:
         options = {"batch_size": args.batch_size, "lr": args.lr, "backbone_lr": args.lr, "dropout": args.dropout}
         if args.quick:
             options.update(eval_batch_size=8, num_queries=8)
-        results["detr_pretrained"] = run_detr_pretrained(data, 1 if args.quick else args.epochs, options,
-                                                         args.run_dir, args.pretrain_epochs, args.quick)
+        results["detr_pretrained"] = {**run_detr_pretrained(data, 1 if args.quick else args.epochs, options,
+                                                            args.run_dir, args.pretrain_epochs, args.quick),
+                                      "provenance": provenance(beside=args.beside)}
     if "fasterrcnn" in args.models:
         budget = 0.05 if args.quick else args.budget_min
-        results["fasterrcnn"] = run_fasterrcnn(data, budget, budget if args.quick else args.eval_every_min,
-                                               args.frcnn_batch_size, args.frcnn_lr)
+        results["fasterrcnn"] = {**run_fasterrcnn(data, budget, budget if args.quick else args.eval_every_min,
+                                                  args.frcnn_batch_size, args.frcnn_lr),
+                                 "provenance": provenance(beside=args.beside)}
     table = markdown(results, args.budget_min)
     print(table)
     machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
@@ -269,9 +277,8 @@ def main(argv: list[str] | None = None) -> dict:
             bar = bar or {"ap50_target": BAR, "budget_min": 60}
             bar[key] = {"reached_at_min": reached[0]["train_min"] if reached else None,
                         "met": bool(reached) and reached[0]["train_min"] <= 60}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine, "data": str(data), "budget_min": args.budget_min, "bar": bar,
-                               "results": results, "table": table}, indent=2) + "\n")
+    write_json(out, {"machine": machine, "data": str(data), "budget_min": args.budget_min, "bar": bar,
+                     "results": results, "table": table}, beside=args.beside)
     plot(results, out.with_suffix(".png"), args.budget_min)
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return results

@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, 2 rounds of 1 call")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--tag", default="detr_speed")
+    from benchmarks.harness import add_beside_option, machine, write_results
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     rows = []
     for name in args.configs:
@@ -187,12 +190,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             c.update(size=64, batch=2, layers=2 if c["family"] == "deformable_detr" else 1, queries=5)
         rows += compare(name, c, 2 if args.quick else args.rounds, 1 if args.quick else args.calls)
     table = markdown(rows)
-    from benchmarks.harness import machine, write_results
-
     host = machine()
     write_results(Path(args.out), args.tag, {"machine": host, "rows": rows},
                   table + f"\n\n{host['cpu']}, {host['threads']} threads, torch {host['torch']}, "
-                  f"transformers {host.get('transformers', '—')}, fp32\n")
+                  f"transformers {host.get('transformers', '—')}, fp32\n", beside=args.beside)
     return rows
 
 

@@ -25,7 +25,7 @@ from vitlab.tasks import train
 from vitlab.tasks.classification.recipes import RECIPES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ is a package there
-from benchmarks.harness.host import provenance
+from benchmarks.harness import add_beside_option, provenance, write_results
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -107,12 +107,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tag", default="fashion_mnist_recipe", help="name of the result files")
     parser.add_argument("--reuse", action="store_true", help="take finished runs in results/runs as they are")
+    add_beside_option(parser)
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     results = [run_variant(name, args.epochs, args.lr, args.seed, args.reuse) for name in args.variants]
-    out = {**provenance(), "results": results}
-    (RESULTS / f"{args.tag}.json").write_text(json.dumps(out, indent=2))
-    plot(results, RESULTS / f"{args.tag}.png")
+    out = {**provenance(beside=args.beside), "results": results}
     lines = ["| variant | model | params | epochs | train time (min) | images/s | best validation accuracy (epoch) | "
              "test accuracy of that checkpoint |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
@@ -121,8 +120,8 @@ def main() -> None:
                      f"{100 * r['best_val_acc']:.2f} % ({r['selected_epoch']}) | {100 * r['test_acc']:.2f} % |")
     m = out["machine"]
     lines.append(f"\n`{out['command']}` at {out['commit']}, {m['cpu']} ({m['cpu_capability']}), {m['threads']} threads")
-    (RESULTS / f"{args.tag}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(RESULTS, args.tag, out, "\n".join(lines) + "\n", beside=args.beside)
+    plot(results, RESULTS / f"{args.tag}.png")
 
 
 if __name__ == "__main__":

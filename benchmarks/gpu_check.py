@@ -191,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu to try the code paths")
     parser.add_argument("--quick", action="store_true", help="2 steps, fp32 only, a tiny speed model, no compile")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for gpu_check.json and .md")
+    from benchmarks.harness.host import add_beside_option, machine
+    from benchmarks.harness.reporting import write_results
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     import torch
 
@@ -198,9 +202,6 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: no CUDA GPU on this machine: skipped (nothing run). On a machine with one: "
               "python benchmarks/gpu_check.py")
         return 0
-    from benchmarks.harness.host import machine
-    from benchmarks.harness.reporting import write_results
-
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vitlab-gpu-check-") as tmp:
         root = Path(tmp)
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     host = machine(args.device)
     host["seconds"] = round(time.perf_counter() - start, 1)
     write_results(args.out, "gpu_check" if not args.quick else "gpu_check_quick", {"machine": host, "rows": rows},
-                  markdown(rows, host))
+                  markdown(rows, host), beside=args.beside, device=args.device)
     failed = [r for r in rows if r["status"] not in ("ok", "vitlab", "timm", "hf", "vitlab+compile", "timm+compile",
                                                       "hf+compile") and not r["status"].startswith("skipped")]
     print(f"gpu_check: {len(rows)} rows in {host['seconds']} s; {len(failed)} failed")

@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tag", default="inplace_inference")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # internal: one fresh process
+    from benchmarks.harness import add_beside_option
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     workloads = QUICK if args.quick else DEFAULT
     rounds, target_s = (1, 0.0) if args.quick else (args.rounds, args.target_s)
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      f"{r['out of place img/s']:.1f} | {r['timm img/s']:.1f} | {ratios[0]} | {ratios[1]} |")
     lines += [""] + [f"- {key}: {text}" for key, text in CPU_SETTINGS.items()]
     text = "\n".join(lines) + "\n"
-    write_results(args.out, args.tag, {"machine": m, "rows": rows}, text)
+    write_results(args.out, args.tag, {"machine": m, "rows": rows}, text, beside=args.beside)
     return rows
 
 

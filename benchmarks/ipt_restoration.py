@@ -242,8 +242,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reuse", nargs="*", default=[], metavar="RUN",
                         help="runs in --keep-runs to keep as they are, not train again (ipt, cnn, single_sr2, ...)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    from benchmarks.harness import add_beside_option, provenance, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
-    from benchmarks.harness.host import provenance
     from vitlab.engine.speed import tune_process
     from vitlab.models.registry import get_config
 
@@ -292,12 +294,11 @@ def main(argv: list[str] | None = None) -> dict:
                                                  ["degradations"][name] for name in tasks}}
         seam = {key: seams(runs[key], args.crop) for key in ("ipt", "cnn")}
         first = scores["ipt"]
-        result = {**provenance(), "degradations": list(tasks), "budget_min": args.budget_min, "crop": args.crop,
-                  "num_images": first["num_images"], "data": first["data"], "runs": info, "scores": scores,
-                  "seams": seam, "seam_px": SEAM, "metrics": first["metrics"], "beside": "nothing"}
-        args.out.mkdir(parents=True, exist_ok=True)
+        result = {**provenance(beside=args.beside), "degradations": list(tasks), "budget_min": args.budget_min,
+                  "crop": args.crop, "num_images": first["num_images"], "data": first["data"], "runs": info,
+                  "scores": scores, "seams": seam, "seam_px": SEAM, "metrics": first["metrics"]}
         name = "ipt_restoration_quick" if args.quick else "ipt_restoration"
-        (args.out / f"{name}.json").write_text(json.dumps(result, indent=1))
+        result = write_json(args.out / f"{name}.json", result, beside=args.beside, indent=1)
         table = markdown(result)
         (args.out / f"{name}.md").write_text(table + "\n")
         crops_picture(runs, tasks, args.out / f"{name}_crops.png", args.crop)

@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "SIZE", "BATCH"), help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=2)
+    from benchmarks.harness import add_beside_option, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]), int(args.one[2]), args.data, args.repeats)))
@@ -104,9 +107,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)
     table = markdown(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
     name = "ipt_speed_quick" if args.quick else "ipt_speed"
-    (args.out / f"{name}.json").write_text(json.dumps(rows, indent=1))
+    write_json(args.out / f"{name}.json", {"rows": rows}, beside=args.beside, indent=1)
     (args.out / f"{name}.md").write_text(table + "\n")
     print(table)
     return rows

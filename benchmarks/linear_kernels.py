@@ -97,10 +97,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--calls", type=int, default=3, help="timed calls per kernel per round (default: 3)")
     parser.add_argument("--tag", default="linear_kernels", help="name of the result files")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    from benchmarks.harness.host import add_beside_option, machine
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     import torch
 
-    from benchmarks.harness.host import machine
     from benchmarks.harness.reporting import write_results
     from vitlab.engine.speed import tune_process
     from vitlab.runtime.backends import usable_cores
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
                           f"`python benchmarks/linear_kernels.py{' --quick' if args.quick else ''}`: batch "
                           f"{args.batch}, {rounds} rotated rounds × {calls} calls; torch {host['torch']}.", "",
                           table(rows), ""])
-    write_results(args.out, args.tag, result, markdown)
+    write_results(args.out, args.tag, result, markdown, beside=args.beside)
     return result
 
 

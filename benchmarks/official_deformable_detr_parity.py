@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--size", type=int, default=256, help="image side in pixels")
     parser.add_argument("--out", default=str(RESULTS / "official_deformable_detr_parity.json"))
+    from benchmarks.harness import add_beside_option, machine, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     official, misc = import_official(Path(args.repo).resolve())
     rows = [check(variant, official, misc, args.size, seed) for seed, variant in enumerate(args.variants)]
@@ -142,11 +145,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      f"{r['vitlab_loss']:.5f} |")
     table = "\n".join(lines)
     print(table)
-    from benchmarks.harness import machine
-
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(), "rows": rows, "table": table}, indent=2) + "\n")
+    write_json(Path(args.out), {"machine": machine(), "rows": rows, "table": table}, beside=args.beside)
     return rows
 
 

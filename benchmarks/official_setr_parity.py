@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections.abc
 import importlib.util
-import json
 import sys
 import tempfile
 import types
@@ -169,6 +168,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, required=True, help="a checkout of github.com/fudan-zvg/SETR")
     parser.add_argument("--out", default=str(RESULTS / "official_setr_parity.json"))
+    from benchmarks.harness import add_beside_option, machine, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     official = import_official(args.repo.resolve())
     rows = [compare(official, decoder) for decoder in ("naive", "pup", "mla")]
@@ -177,12 +179,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for row in rows:
         print(f"| {row['decoder']} | {row['logits_max_abs_diff']:.2e} | {row['logits_scale']:.2f} | "
               f"{row['aux_heads']} | {row['aux_max_abs_diff']:.2e} |")
-    from benchmarks.harness import machine
-
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(), "official": "fudan-zvg/SETR", "results": rows},
-                              indent=2, default=str) + "\n")
+    write_json(out, {"machine": machine(), "official": "fudan-zvg/SETR", "results": rows}, beside=args.beside,
+               default=str)
     print(f"wrote {out}")
     return rows
 

@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tag", default="process_settings")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # internal: run one fresh-process measurement
+    from benchmarks.harness import add_beside_option
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     workloads = QUICK if args.quick else DEFAULT
     if args.probe:
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"machine": m, "rounds": rounds, "workloads": keys, "seconds": time.perf_counter() - start,
               "samples": {f"{lib}:{mode}": runs for (lib, mode), runs in samples.items()},
               "median": {f"{lib}:{mode}:{key}": v for (lib, mode, key), v in median.items()}}
-    write_results(args.out, args.tag, result, text)
+    write_results(args.out, args.tag, result, text, beside=args.beside)
     return result
 
 

@@ -24,7 +24,7 @@ from torchvision.transforms import v2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 
-from benchmarks.harness import write_results  # noqa: E402 - after the path set-up above
+from benchmarks.harness import add_beside_option, write_results  # noqa: E402 - after the path set-up above
 from vitlab.engine.augment import rand_augment  # noqa: E402 - after the path set-up above
 from vitlab.models import create_model  # noqa: E402 - after the path set-up above
 
@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="randaugment", help="results file name (default: randaugment)")
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     rounds, repeats = (1, 1) if args.quick else (args.rounds, args.repeats)
     torch.manual_seed(0)
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"machine": {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                           "torch": torch.__version__, "threads": torch.get_num_threads()},
               "rounds": rounds, "repeats": repeats, "rows": rows}
-    write_results(Path(args.out), args.tag, result, markdown(result))
+    write_results(Path(args.out), args.tag, result, markdown(result), beside=args.beside)
     return result
 
 

@@ -117,6 +117,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two rounds of one call, batch 1 only")
     parser.add_argument("--tag", default="refactor_speed")
     parser.add_argument("--cases", nargs="+", help="only the cases whose names contain one of these")
+    from benchmarks.harness.host import add_beside_option
+
+    add_beside_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.calls = 2, 1
@@ -158,7 +161,7 @@ def main() -> None:
              "| --- | ---: | ---: | ---: | --- |"]
     lines += [f"| {r['case']} | {r['after_ms']:.1f} | {r['before_ms']:.1f} | {r['ratio_median']:.3f} | "
               f"{r['ratio_min']:.3f}–{r['ratio_max']:.3f} |" for r in rows]
-    write_results(RESULTS, args.tag, result, "\n".join(lines) + "\n")
+    write_results(RESULTS, args.tag, result, "\n".join(lines) + "\n", beside=args.beside)
 
 
 if __name__ == "__main__":

@@ -258,6 +258,9 @@ def main(argv: list[str] | None = None) -> dict:
                         "installed (pip install --target); put ahead of the environment's own packages")
     parser.add_argument("--tag", default="runtimes", help="name of the result files (default: runtimes)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    from benchmarks.harness.host import add_beside_option, machine  # imports no transformers (--optimum-site)
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     if args.optimum_site:  # before anything imports transformers
         sys.path.insert(0, str(args.optimum_site))
@@ -266,7 +269,6 @@ def main(argv: list[str] | None = None) -> dict:
         sys.modules["diffusers"] = None
     import torch
 
-    from benchmarks.harness.host import machine
     from benchmarks.harness.reporting import write_results
     from vitlab.engine.speed import tune_process
     from vitlab.runtime.backends import usable_cores
@@ -296,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict:
                           f"{host.get('onnxruntime', '—')}, openvino {host.get('openvino', '—')}, timm "
                           f"{host.get('timm', '—')}, transformers {host.get('transformers', '—')}; base = timm "
                           f"eager where it applies, else vitlab torch.", "", table(rows), "", *verdict(rows), ""])
-    write_results(args.out, args.tag, result, markdown)
+    write_results(args.out, args.tag, result, markdown, beside=args.beside)
     return result
 
 

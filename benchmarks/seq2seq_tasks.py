@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the root makes `benchmarks` import
+from benchmarks.harness import add_beside_option, write_json
 from vitlab.data.sequences import MAX_HELD_OUT_SHARE, TASKS
 from vitlab.engine.run import read_metrics
 from vitlab.tasks import train
@@ -107,16 +109,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="optimizer steps per task (default: the command's default)")
     parser.add_argument("--out", default=str(RESULTS / "seq2seq_tasks.json"))
     parser.add_argument("--no-readme", dest="readme", action="store_false", help="do not update the page")
+    add_beside_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         results = [run_task(task, args.steps, Path(root)) for task in args.tasks]
     table = markdown(results) + "\n\nAt the last step, by source length (%):\n\n" + markdown_by_length(results)
     print(table)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
                platform.machine(), "python": platform.python_version()}
-    out.write_text(json.dumps({"machine": machine, "results": results, "table": table}, indent=2) + "\n")
+    write_json(out, {"machine": machine, "results": results, "table": table}, beside=args.beside)
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     note = (f"Time: wall clock for training plus the held-out evaluations, 1 torch thread (the command's default), "

@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--separately", action="store_true", help="also load each run alone (a row each; a "
                         "classification run also without its attention maps)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    from benchmarks.harness import add_beside_option, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
 
     sets = [(args.run_dirs, True)]
@@ -223,8 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
               "workers": args.workers, "rows": rows,
               "machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": cpu_name(),
                           "torch": torch.__version__, "python": platform.python_version()}}
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out / "serve_load.json", lambda f: f.write(json.dumps(result, indent=1).encode()))
+    result = write_json(args.out / "serve_load.json", result, beside=args.beside, indent=1)
     table = markdown(result)
     atomic_write(args.out / "serve_load.md", lambda f: f.write(table.encode()))
     print(table)

@@ -88,9 +88,9 @@ def measure(decoder: str, attention: str, crop: int) -> dict:
             "torch": torch.__version__}
 
 
-def write(rows: list[dict], out: Path, crop: int) -> None:
+def write(rows: list[dict], out: Path, crop: int, beside: str = "nothing") -> None:
     """The table and the users' reports, as markdown beside the JSON."""
-    from benchmarks.harness import machine
+    from benchmarks.harness import machine, write_json
 
     lines = ["| decoder | attention | params | weights + grads + momentum | peak, tensors | of which the step "
              "| step s |",
@@ -104,8 +104,7 @@ def write(rows: list[dict], out: Path, crop: int) -> None:
     text = (f"{table}\n\n{crop} × {crop} crop, batch 1, fp32, SGD with momentum; {m['cpu']}, "
             f"{m['threads']} threads, torch {m['torch']}\n\nReported against the official code:\n{reports}\n")
     print(text)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": m, "results": rows, "reports": REPORTS}, indent=2) + "\n")
+    write_json(out, {"machine": m, "results": rows, "reports": REPORTS}, beside=beside)
     out.with_suffix(".md").write_text(text)
 
 
@@ -116,6 +115,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--crop", type=int, default=768)
     parser.add_argument("--one", nargs=2, metavar=("DECODER", "ATTENTION"), help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(RESULTS / "setr_memory.json"))
+    from benchmarks.harness import add_beside_option  # no torch: the --one processes measure from a bare start
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure(*args.one, args.crop)))
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                   capture_output=True, text=True, check=True)
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
-    write(rows, Path(args.out), args.crop)
+    write(rows, Path(args.out), args.crop, args.beside)
     return rows
 
 

@@ -231,11 +231,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--budget-min", type=float, default=BUDGET_MIN, help="the minutes the bar is set for")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch each")
     parser.add_argument("--keep-runs", type=Path, help="keep the pretraining and SETR runs under this folder")
-    parser.add_argument("--beside", default="nothing", help="what else ran on the machine meanwhile, recorded")
     parser.add_argument("--out", default=str(RESULTS / "setr_pretraining.json"))
+    from benchmarks.harness import add_beside_option, provenance, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     from benchmarks.detr_scenes import ensure_scenes
-    from benchmarks.harness.host import provenance
     from benchmarks.setr_scenes import run_lraspp, run_setr
 
     out = Path(args.out)
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
     setr_options = {"eval_batch_size": 8, "crop_size": 64} if args.quick else {}
 
     def stamp(result: dict) -> dict:
-        return {**result, "provenance": {**provenance(), "beside": args.beside}}
+        return {**result, "provenance": provenance(beside=args.beside)}
 
     with tempfile.TemporaryDirectory() as root:
         runs = args.keep_runs or Path(root)
@@ -273,14 +274,11 @@ def main(argv: list[str] | None = None) -> dict:
     order = [key for key in (*PRETRAINED, "scratch", "lraspp") if key in results]
     results = {key: results[key] for key in order}
     bar, choice = bars(results, args.budget_min), pick(results)
-    record = {**provenance(), "data": str(data), "pretraining": pretraining, "results": results, "bar": bar,
-              "pick": choice}
+    record = {**provenance(beside=args.beside), "data": str(data), "pretraining": pretraining, "results": results,
+              "bar": bar, "pick": choice}
     table = table_of(record)
     print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({**record, "table": table}, indent=2) + "\n")
-    tmp.replace(out)
+    write_json(out, {**record, "table": table}, beside=args.beside)
     out.with_suffix(".md").write_text(table + "\n")
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}")

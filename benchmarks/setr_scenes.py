@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(RESULTS / "setr_scenes.json"))
     parser.add_argument("--keep-runs", type=Path, help="train the SETR runs under this folder and keep them "
                         "(for `vitlab predict`); by default they go to a temporary folder")
+    from benchmarks.harness import add_beside_option, machine, provenance, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     from benchmarks.detr_scenes import ensure_scenes
 
@@ -178,17 +181,16 @@ def main(argv: list[str] | None = None) -> dict:
             epochs = 1 if args.quick else max(1, round(EPOCHS_45_MIN[model] * scale))
             options = {"eval_batch_size": 8, "crop_size": 64} if args.quick else {}
             results[model] = run_setr(data, model, epochs, options, args.keep_runs)
+        # each run with the provenance of its own invocation: a model's earlier run is kept when another is run
+        results[model] = {**results[model], "provenance": provenance(beside=args.beside)}
     results = {model: results[model] for model in MODELS if model in results}
     setr = [max(row["miou"] for row in r["curve"]) for m, r in results.items() if m != "lraspp"]
     bar = {"miou_target": BAR, "budget_min": args.budget_min, "best_setr_miou": max(setr) if setr else None,
            "met": bool(setr) and max(setr) >= BAR}
-    from benchmarks.harness import machine
-
     table = markdown(results)
     print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(), "data": str(data), "bar": bar, "results": results,
-                               "table": table}, indent=2) + "\n")
+    write_json(out, {"machine": machine(), "data": str(data), "bar": bar, "results": results, "table": table},
+               beside=args.beside)
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return results

@@ -89,15 +89,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 blocks, 32 px, 2 rounds of 1 call")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--tag", default="setr_speed")
+    from benchmarks.harness import add_beside_option, machine, write_results
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     overrides = {"depth": 2} if args.quick else {}
     size, batch, rounds, calls = (32, 2, 2, 1) if args.quick else (args.size, args.batch, args.rounds, args.calls)
     rows = [row for name in args.models for row in compare(name, batch, size, rounds, calls, overrides)]
-    from benchmarks.harness import machine, write_results
-
     host = machine()
     write_results(Path(args.out), args.tag, {"machine": host, "rows": rows},
-                  markdown(rows) + f"\n\n{host['cpu']}, {host['threads']} threads, torch {host['torch']}, fp32\n")
+                  markdown(rows) + f"\n\n{host['cpu']}, {host['threads']} threads, torch {host['torch']}, fp32\n",
+                  beside=args.beside)
     return rows
 
 

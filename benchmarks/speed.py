@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 
-from benchmarks.harness import Settings, Workload, report, run_speed, write_results  # noqa: E402 - after the path set-up above
+from benchmarks.harness import Settings, Workload, add_beside_option, report, run_speed, write_results  # noqa: E402 - after the path set-up above
 
 RESULTS = Path(__file__).parent / "results"
 # batch 32 for inference everywhere; training at a batch that is realistic for the model on a CPU
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
                              "denormals flush to zero); default: glibc's and IEEE's (the same for every library)")
     parser.add_argument("--tag", default="speed", help="name of the result files (default: speed)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the result files")
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     known = {w.name: w for w in (QUICK if args.quick else DEFAULT)}
     workloads = [known.get(m, Workload(m)) for m in args.models] if args.models else (QUICK if args.quick else DEFAULT)
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.scaling_model = "vit_tiny_patch4_28"
     result = run_speed(workloads, settings, args.scaling_model if args.scaling else None, sizes,
                        attention=args.attention)
-    write_results(args.out, args.tag, result, report(result))
+    write_results(args.out, args.tag, result, report(result), beside=args.beside, device=args.device)
     return result
 
 

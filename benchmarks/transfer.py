@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks.harness.host import provenance
+from benchmarks.harness import add_beside_option, provenance, write_json
 
 RESULTS = Path(__file__).parent / "results"
 MINI = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "fashion-mnist-mini"
@@ -156,6 +156,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="where the data sets are made (kept and reused; default: a "
                         "temporary folder)")
     parser.add_argument("--quick", action="store_true", help="tiny sets, one epoch each: check the script works")
+    add_beside_option(parser)
     args = parser.parse_args()
     system = SYSTEMS[args.system]
     minutes = args.minutes or system.minutes
@@ -200,7 +201,7 @@ def main() -> None:
                                                *system.scratch, *common, *epochs]))
 
     result = {
-        **provenance(),
+        **provenance(beside=args.beside),
         "system": args.system, "model": system.model, "metric": system.label,
         "data": {"a": {"classes": CLASSES_A, "train": size_a}, "b": {"classes": CLASSES_B, "train": size_b},
                  "kind": "Fashion-MNIST items in image folders" if system.task == "classification"
@@ -216,9 +217,8 @@ def main() -> None:
     print(table)
     if args.quick:  # a check that the script works, not a measurement
         return
-    RESULTS.mkdir(exist_ok=True)
     stem = RESULTS / f"transfer_{args.system}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    write_json(stem.with_suffix(".json"), result, beside=args.beside, indent=1)
     stem.with_suffix(".md").write_text(table + "\n")
     plot(result, stem.with_suffix(".png"))
 

@@ -22,7 +22,6 @@ png} (the curves), docs/img/vqgan_samples.png (a row of samples per class) and d
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -104,6 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--pictures", type=Path, default=PICTURES)
     parser.add_argument("--quick", action="store_true")
+    from benchmarks.harness import add_beside_option, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
 
     from vitlab.engine.run import RunDir
@@ -161,9 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"{final['split']} images; classifier {args.classifier}.", "",
         "| metric | value | bar | |", "| --- | --- | --- | --- |", *rows, ""])
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
     suffix = "_quick" if args.quick else ""
-    (args.out / f"vqgan_fashion_mnist{suffix}.json").write_text(json.dumps(result, indent=2))
+    write_json(args.out / f"vqgan_fashion_mnist{suffix}.json", result, beside=args.beside)
     (args.out / f"vqgan_fashion_mnist{suffix}.md").write_text(table)
     plot(result["vqgan_curve"], result["prior_curve"], args.out / f"vqgan_fashion_mnist{suffix}.png")
     pictures(vqgan_run, prior_run, args.pictures, 2 if args.quick else 10)

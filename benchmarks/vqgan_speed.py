@@ -19,7 +19,6 @@ Writes benchmarks/results/vqgan_speed.{json,md}. One benchmark at a time: the ma
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -96,6 +95,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--samples", type=int, default=64, help="sequences drawn per sampling call")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    from benchmarks.harness import add_beside_option, write_json
+
+    add_beside_option(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.batch_size, args.rounds, args.steps, args.samples = 4, 2, 1, 4
@@ -153,8 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"({s['range'][0]:.2f}–{s['range'][1]:.2f}) |", "",
         f"Cached sampling drew the same codes as recomputed sampling: {same}.", ""])
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "vqgan_speed.json").write_text(json.dumps(result, indent=2))
+    write_json(args.out / "vqgan_speed.json", result, beside=args.beside)
     (args.out / "vqgan_speed.md").write_text(table)
     return result
 

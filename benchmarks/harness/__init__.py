@@ -16,28 +16,40 @@ measurements taken seconds apart, so the ratios hold on a shared, noisy machine 
 One concern per module: workloads (what is measured, the same model in each library), clock (timing a call),
 costs (FLOPs, matmul peak, peak memory), attention (scaling with tokens, fused against explicit attention),
 rounds (the interleaved rounds: `measure`, `run_speed`), host (the machine it ran on), reporting (markdown and
-result files).
+result files). The package imports each module on first use of one of its names (`add_beside_option` costs no
+torch: a benchmark's fresh measuring processes stay as they were).
 """
 
-from .attention import attention_paths, scaling
-from .clock import interleaved, synchronize, timed
-from .costs import achieved_share, flops_per_image, matmul_peak_gflops, peak_memory, peak_rss_mib, rss_mib
-from .host import machine
-from .reporting import attention_table, cost_table, report, scaling_table, speed_table, write_results
-from .rounds import measure, run_speed, summarise
-from .workloads import (
-    CPU_SETTINGS,
-    LIBRARIES,
-    Contender,
-    HFLogits,
-    Settings,
-    Workload,
-    build,
-    comparable,
-    contenders,
-    image_shape,
-    train_step,
-)
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {
+    "attention": ["attention_paths", "scaling"],
+    "clock": ["interleaved", "synchronize", "timed"],
+    "costs": ["achieved_share", "flops_per_image", "matmul_peak_gflops", "peak_memory", "peak_rss_mib", "rss_mib"],
+    "host": ["add_beside_option", "machine", "provenance"],
+    "reporting": ["attention_table", "cost_table", "report", "scaling_table", "speed_table", "stamped", "write_json",
+                  "write_results"],
+    "rounds": ["measure", "run_speed", "summarise"],
+    "workloads": ["CPU_SETTINGS", "LIBRARIES", "Contender", "HFLogits", "Settings", "Workload", "build", "comparable",
+                  "contenders", "image_shape", "train_step"],
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str):
+    """`from benchmarks.harness import NAME` imports NAME's module then (PEP 562)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [
     "CPU_SETTINGS",
@@ -47,6 +59,7 @@ __all__ = [
     "Settings",
     "Workload",
     "achieved_share",
+    "add_beside_option",
     "attention_paths",
     "attention_table",
     "build",
@@ -61,15 +74,18 @@ __all__ = [
     "measure",
     "peak_memory",
     "peak_rss_mib",
+    "provenance",
     "report",
     "rss_mib",
     "run_speed",
     "scaling",
     "scaling_table",
     "speed_table",
+    "stamped",
     "summarise",
     "synchronize",
     "timed",
     "train_step",
+    "write_json",
     "write_results",
 ]

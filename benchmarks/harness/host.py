@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import platform
@@ -10,12 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from vitlab.engine.speed import bf16_supported
-
 
 def machine(device: str = "cpu") -> dict:
+    import torch  # here, not at the top: a script's --beside (add_beside_option) costs no torch in probe processes
+
+    from vitlab.engine.speed import bf16_supported
+
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -34,9 +35,10 @@ def machine(device: str = "cpu") -> dict:
     return info
 
 
-def provenance(device: str = "cpu") -> dict:
+def provenance(device: str = "cpu", beside: str | None = "nothing") -> dict:
     """What a results file records beside its numbers: the command that made it, the commit it ran (with
-    "+changes" where the working tree differed), and the machine with its ISA (`cpu_capability`)."""
+    "+changes" where the working tree differed), the machine with its ISA (`cpu_capability`), and what else ran on
+    the machine meanwhile (`beside`, the script's --beside: add_beside_option)."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
@@ -49,4 +51,13 @@ def provenance(device: str = "cpu") -> dict:
     if git("status", "--porcelain", "--untracked-files=no"):
         commit += "+changes"
     command = "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
-    return {"command": command, "commit": commit, "machine": machine(device)}
+    return {"command": command, "commit": commit, "machine": machine(device), "beside": beside}
+
+
+BESIDE_HELP = "what else ran on the machine meanwhile, recorded in the results file"
+
+
+def add_beside_option(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--beside: what else ran on the machine while the benchmark did (default "nothing"), for provenance()."""
+    parser.add_argument("--beside", default="nothing", help=BESIDE_HELP)
+    return parser

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+from collections.abc import Callable
 from pathlib import Path
 
+from .host import provenance
 from .workloads import CPU_SETTINGS
 
 
@@ -81,12 +85,51 @@ def attention_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_results(folder: Path, tag: str, result: dict | list, markdown: str) -> None:
-    """A benchmark's results as <folder>/<tag>.json and <tag>.md, and the markdown on stdout."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{tag}.json").write_text(json.dumps(result, indent=2))
-    (folder / f"{tag}.md").write_text(markdown)
+def stamped(record: dict | list, beside: str | None = "nothing", device: str | None = None) -> dict:
+    """`record` with its provenance: the keys of `provenance(beside=beside)` it lacks (command, commit, beside,
+    machine), and in a machine it records itself the keys of `machine()` it lacks (so it has `cpu_capability`).
+    A list becomes {"rows": list, **provenance}."""
+    record = {"rows": record} if isinstance(record, list) else dict(record)
+    own = record.get("machine")
+    if device is None:
+        device = own.get("device", "cpu") if isinstance(own, dict) else "cpu"
+    where = provenance(device, beside)
+    if isinstance(own, dict):
+        record["machine"] = {**own, **{k: v for k, v in where["machine"].items() if k not in own}}
+    return {**record, **{k: v for k, v in where.items() if k not in record}}
+
+
+def _replace(path: Path, text: str) -> None:
+    """`text` into `path` atomically: a temporary file in the same folder, then os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, record: dict | list, beside: str | None = "nothing", indent: int = 2,
+               device: str | None = None, default: Callable | None = None) -> dict:
+    """A results file, written atomically and stamped with its provenance (`stamped`); returns what it wrote.
+    `default` is json.dumps's, for values JSON has no type for."""
+    record = stamped(record, beside, device)
+    _replace(Path(path), json.dumps(record, indent=indent, default=default) + "\n")
+    return record
+
+
+def write_results(folder: Path, tag: str, result: dict | list, markdown: str, beside: str | None = "nothing",
+                  device: str | None = None) -> dict:
+    """A benchmark's results as <folder>/<tag>.json (stamped with its provenance) and <tag>.md, both written
+    atomically, and the markdown on stdout; returns the record written."""
+    folder = Path(folder)
+    record = write_json(folder / f"{tag}.json", result, beside, device=device)
+    _replace(folder / f"{tag}.md", markdown)
     print(markdown)
+    return record
 
 
 def report(result: dict) -> str:

@@ -271,6 +271,8 @@ def test_ipt_speed_benchmark_times_tiled_inference(tmp_path):
     rows = _load_script("ipt_speed").main(["--quick", "--data", str(data), "--out", str(tmp_path)])
     assert [(r["model"], r["batch_size"]) for r in rows] == [("ipt_small", 8), ("ipt_small", 64)]
     assert all(r["tiles"] == 9 and r["peak_mb"] >= r["loaded_mb"] > 0 and r["images_per_s"] > 0 for r in rows)
+    written = json.loads((tmp_path / "ipt_speed_quick.json").read_text())  # the rows beside their provenance
+    assert written["rows"] == rows and written["beside"] == "nothing" and written["machine"]["cpu_capability"]
 
 
 @pytest.mark.slow
