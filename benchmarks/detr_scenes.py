@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -196,6 +194,42 @@ def markdown(results: dict[str, dict], budget_min: float) -> str:
     return "\n".join(lines)
 
 
+NAMES = {"detr": "detr_small", "detr_pretrained": "detr_small, backbone pretrained",
+         "fasterrcnn": "fasterrcnn_mobilenet_v3_large_fpn"}
+
+
+def table_of(record: dict) -> str:
+    """benchmarks/results/detr_scenes.md from what the results file records (benchmarks/report.py renders it the
+    same way): val AP50 every 10 minutes of training (the latest evaluation by then, its minute in brackets), each
+    detector at the end of its run, and the machine."""
+    results, budget = record["results"], record["budget_min"]
+    minutes = list(range(10, int(budget) + 1, 10))
+    lines = ["| val AP50 by training minute | " + " | ".join(str(m) for m in minutes) + " |",
+             "| --- |" + " --- |" * len(minutes)]
+    for key, result in results.items():
+        cells, ended = [], False
+        for minute in minutes:
+            row = at_budget(result, minute)
+            if ended or row is None:
+                cells.append("—")
+            elif row is result["curve"][-1] and row["train_min"] < minute - 5:  # the run ended before this minute
+                cells.append(f"{row['map_50']:.3f} (ended at {row['train_min']:.0f})")
+                ended = True
+            else:
+                cells.append(f"{row['map_50']:.3f}")
+        lines.append(f"| {NAMES.get(key, key)} | " + " | ".join(cells) + " |")
+    lines += ["", markdown(results, budget)]
+    pretraining = results.get("detr_pretrained", {}).get("pretraining")
+    if pretraining:
+        lines += ["", f"The pretrained backbone: `{pretraining['model']}`, {pretraining['epochs']} epoch of "
+                      f"{pretraining['data']}, {pretraining['train_min']:.1f} min, test accuracy "
+                      f"{100 * pretraining['test_acc']:.2f} %."]
+    machine = record["machine"]
+    lines += ["", f"{machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'}), "
+                  f"{machine['threads']} threads, torch {machine['torch']}, fp32"]
+    return "\n".join(lines) + "\n"
+
+
 def plot(results: dict[str, dict], path: Path, budget_min: float) -> None:
     import matplotlib
 
@@ -241,6 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, seconds of training")
     parser.add_argument("--out", default=str(RESULTS / "detr_scenes.json"))
     from benchmarks.harness import add_beside_option, provenance, write_json
+    from benchmarks.harness import machine as host_machine
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -268,8 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
                                  "provenance": provenance(beside=args.beside)}
     table = markdown(results, args.budget_min)
     print(table)
-    machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-               "cpu": platform.processor() or platform.machine(), "python": platform.python_version()}
+    machine = host_machine()  # the CPU's model name and ISA, as every results file records them
     bar = None
     for key in ("detr", "detr_pretrained"):
         if key in results:
@@ -277,8 +311,9 @@ def main(argv: list[str] | None = None) -> dict:
             bar = bar or {"ap50_target": BAR, "budget_min": 60}
             bar[key] = {"reached_at_min": reached[0]["train_min"] if reached else None,
                         "met": bool(reached) and reached[0]["train_min"] <= 60}
-    write_json(out, {"machine": machine, "data": str(data), "budget_min": args.budget_min, "bar": bar,
-                     "results": results, "table": table}, beside=args.beside)
+    record = write_json(out, {"machine": machine, "data": str(data), "budget_min": args.budget_min, "bar": bar,
+                              "results": results, "table": table}, beside=args.beside)
+    out.with_suffix(".md").write_text(table_of(record))
     plot(results, out.with_suffix(".png"), args.budget_min)
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return results

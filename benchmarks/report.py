@@ -7,7 +7,9 @@ there is one a benchmark recorded.
 A page asks for a block with `<!-- report: NAME -->` ... `<!-- /report -->`; the text between the markers is
 replaced by BLOCKS[NAME](), rendered from benchmarks/results/*.json. The systems table reads each system's
 headline measurement here and, beside it, the figure its authors report for a released model (the family's
-release list, vitlab/models/*.py), with the machine's ISA where the results file records it.
+release list, vitlab/models/*.py), with the machine's ISA where the results file records it. A page quotes a
+results table with `<!-- results: benchmarks/results/NAME.md -->` ... `<!-- /results -->`: the text between is
+replaced by that file, which must be what NAME's renderer in TABLES makes from NAME.json (--check says where not).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/report.py`: the repository root makes `vitlab` importable
 RESULTS = ROOT / "benchmarks" / "results"
 BLOCK = re.compile(r"(<!-- report: (\w+) -->\n)(.*?)(<!-- /report -->)", re.S)
+QUOTED = re.compile(r"(<!-- results: (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
 def _load(name: str) -> dict:
@@ -50,7 +53,7 @@ def _reported(tag: str) -> str:
 # one row per system: (system, paper, year, file, page, headline here from its results file, reference figure)
 def _transformer() -> tuple[str, str]:
     result = _load("seq2seq_tasks")
-    finals = {row["task"]: row["final_exact_acc"] for row in result["results"]}
+    finals = {row["task"]: row.get("test_exact_acc", row.get("final_exact_acc")) for row in result["results"]}
     text = ", ".join(f"{task} {100 * acc:.1f} %" for task, acc in finals.items())
     return (f"held-out exact-sequence accuracy after 4,000 steps: {text} "
             f"([seq2seq_tasks](benchmarks/results/seq2seq_tasks.json); {_isa(result)})"), "—"
@@ -118,30 +121,35 @@ def _vqgan() -> tuple[str, str]:
             _reported("vqgan_f16_16384.imagenet"))
 
 
-SYSTEMS: list[tuple[str, str, str, str, str, Callable[[], tuple[str, str]]]] = [
+# (system, paper, year, code, its page, its walkthrough, its headline); pages are under docs/
+SYSTEMS: list[tuple[str, str, str, str, str, str, Callable[[], tuple[str, str]]]] = [
     ("The Transformer", "Attention Is All You Need", "2017", "models/seq2seq.py", "systems/transformer.md",
-     _transformer),
-    ("ViT", "An Image is Worth 16x16 Words", "2021", "models/vit.py", "systems/vit.md", _vit),
-    ("DeiT", "Training data-efficient image transformers", "2021", "models/deit.py", "systems/deit.md", _deit),
-    ("DETR", "End-to-End Object Detection with Transformers", "2020", "models/detr.py", "systems/detr.md", _detr),
+     "annotated_transformer.md", _transformer),
+    ("ViT", "An Image is Worth 16x16 Words", "2021", "models/vit.py", "systems/vit.md", "annotated_vit.md", _vit),
+    ("DeiT", "Training data-efficient image transformers", "2021", "models/deit.py", "systems/deit.md",
+     "annotated_deit.md", _deit),
+    ("DETR", "End-to-End Object Detection with Transformers", "2020", "models/detr.py", "systems/detr.md",
+     "annotated_detr.md", _detr),
     ("Deformable DETR", "Deformable DETR", "2021", "models/deformable_detr.py", "systems/deformable_detr.md",
-     _deformable),
+     "annotated_deformable_detr.md", _deformable),
     ("SETR", "Rethinking Semantic Segmentation ... with Transformers", "2021", "models/setr.py", "systems/setr.md",
-     _setr),
-    ("IPT", "Pre-Trained Image Processing Transformer", "2021", "models/ipt.py", "systems/ipt.md", _ipt),
+     "annotated_setr.md", _setr),
+    ("IPT", "Pre-Trained Image Processing Transformer", "2021", "models/ipt.py", "systems/ipt.md",
+     "annotated_ipt.md", _ipt),
     ("VQGAN", "Taming Transformers for High-Resolution Image Synthesis", "2021", "models/vqgan.py",
-     "systems/vqgan.md", _vqgan),
+     "systems/vqgan.md", "annotated_vqgan.md", _vqgan),
 ]
 
 
 def systems(prefix: str = "") -> str:
     """The systems table; `prefix` leads every link from the page it lands on to the repository root."""
-    lines = ["| system | paper | code | here, trained on 2 CPU cores | its authors report |",
-             "| --- | --- | --- | --- | --- |"]
-    for name, paper, year, code, page, headline in SYSTEMS:
+    lines = ["| system | paper | code | walkthrough | here, trained on 2 CPU cores | its authors report |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, paper, year, code, page, walkthrough, headline in SYSTEMS:
         here, reference = headline()
         here = here.replace("](benchmarks/", f"]({prefix}benchmarks/")
-        lines.append(f"| [{name}]({prefix}docs/{page}) | {paper} ({year}) | `vitlab/{code}` | {here} | {reference} |")
+        lines.append(f"| [{name}]({prefix}docs/{page}) | {paper} ({year}) | `vitlab/{code}` | "
+                     f"[annotated]({prefix}docs/{walkthrough}) | {here} | {reference} |")
     return "\n".join(lines)
 
 
@@ -162,10 +170,20 @@ def _script(name: str):
 
 
 # results tables the pages quote, each re-rendered from its JSON by the function its benchmark wrote it with
+def _harness_report(record: dict) -> str:
+    from benchmarks.harness import report
+
+    return report(record)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
     "ipt_restoration": lambda record: _script("ipt_restoration").markdown(record),
     "denoising_detection": lambda record: _script("denoising_detection").table_of(record),
     "setr_pretraining": lambda record: _script("setr_pretraining").table_of(record),
+    "seq2seq_tasks": lambda record: _script("seq2seq_tasks").table_of(record),
+    "speed": _harness_report,
+    "detr_scenes": lambda record: _script("detr_scenes").table_of(record),
+    "detr_speed": lambda record: _script("detr_speed").table_of(record),
     **{f"transfer_{system}": lambda record: _script("transfer").report(record)
        for system in ("detection", "segmentation", "classification")},
 }
@@ -183,7 +201,8 @@ def pages() -> list[Path]:
 
 
 def render(text: str) -> str:
-    return BLOCK.sub(lambda m: m.group(1) + BLOCKS[m.group(2)]() + "\n" + m.group(4), text)
+    text = BLOCK.sub(lambda m: m.group(1) + BLOCKS[m.group(2)]() + "\n" + m.group(4), text)
+    return QUOTED.sub(lambda m: m.group(1) + (ROOT / m.group(2)).read_text().strip() + "\n" + m.group(4), text)
 
 
 def stale() -> list[str]:
@@ -196,6 +215,14 @@ def stale() -> list[str]:
                 out.append(f"{page.relative_to(ROOT)}: unknown block {match.group(2)!r} (known: {', '.join(BLOCKS)})")
             elif match.group(3) != BLOCKS[match.group(2)]() + "\n":
                 out.append(f"{page.relative_to(ROOT)}: {match.group(2)}")
+        for match in QUOTED.finditer(text):
+            source = ROOT / match.group(2)
+            if not source.is_file():
+                out.append(f"{page.relative_to(ROOT)}: quotes {match.group(2)}, which does not exist")
+            elif match.group(3).strip() != source.read_text().strip():
+                out.append(f"{page.relative_to(ROOT)}: its copy of {match.group(2)}")
+            elif source.stem in TABLES and rendered_table(source.stem).strip() != source.read_text().strip():
+                out.append(f"{match.group(2)}: not what its renderer makes from {source.stem}.json now")
     return out
 
 

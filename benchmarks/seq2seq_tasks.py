@@ -5,25 +5,22 @@
 
 Each task is a full `vitlab train-seq2seq` run (the same engine as the command line, default options unless
 given) in a temporary folder; the held-out ("unseen") exact-sequence accuracy is recorded at every evaluation.
-Writes benchmarks/results/seq2seq_tasks.json and .png, prints a markdown table and puts it in the Transformer's
-page of the site (docs/systems/transformer.md) between the `<!-- seq2seq-tasks -->` markers (`--no-readme`: leave
-the page alone). Run one benchmark at a time: the machine has 2 cores.
+Writes benchmarks/results/seq2seq_tasks.json, .md and .png and prints the table; the Transformer's page of the
+site (docs/systems/transformer.md) quotes the .md (`python benchmarks/report.py` refreshes the quote). Run one
+benchmark at a time: the machine has 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the root makes `benchmarks` import
 from benchmarks.harness import add_beside_option, write_json
+from benchmarks.harness import machine as host_machine
 from vitlab.data.sequences import MAX_HELD_OUT_SHARE, TASKS
 from vitlab.engine.run import read_metrics
 from vitlab.tasks import train
@@ -31,8 +28,6 @@ from vitlab.tasks.launch import loop_config
 from vitlab.tasks.seq2seq import Seq2SeqConfig, Seq2SeqTask
 
 RESULTS = Path(__file__).parent / "results"
-PAGE = Path(__file__).parents[1] / "docs" / "systems" / "transformer.md"
-MARKER = "<!-- seq2seq-tasks -->"
 
 
 def run_task(task: str, steps: int | None, root: Path) -> dict:
@@ -48,12 +43,22 @@ def run_task(task: str, steps: int | None, root: Path) -> dict:
             "test_exact_acc_by_len": test["test_exact_acc_by_len"]}
 
 
+def _held_out(row: dict) -> float:
+    """An evaluation's exact-sequence accuracy: on the val split; files measured before val and test were split
+    recorded their one held-out set as test_exact_acc."""
+    return row["val_exact_acc"] if "val_exact_acc" in row else row["test_exact_acc"]
+
+
+def _by_length(result: dict) -> dict[str, float]:
+    return result["test_exact_acc_by_len"] if "test_exact_acc_by_len" in result else result["final_exact_acc_by_len"]
+
+
 def markdown(results: list[dict]) -> str:
     steps = [row["step"] for row in results[0]["curve"]]
     lines = ["| task | source lengths | " + " | ".join(f"step {s}" for s in steps) + " | time (train + eval) |",
              "| --- | --- |" + " --- |" * len(steps) + " --- |"]
     for r in results:
-        accs = {row["step"]: f"{100 * row['val_exact_acc']:.1f}" for row in r["curve"]}
+        accs = {row["step"]: f"{100 * _held_out(row):.1f}" for row in r["curve"]}
         low, high = r["lengths"]
         lengths = f"{low}–{high} digits + {low}–{high} digits" if r["task"] == "add" else f"{low}–{high}"
         lines.append(f"| {r['task']} | {lengths} | " + " | ".join(accs.get(s, "") for s in steps)
@@ -63,10 +68,10 @@ def markdown(results: list[dict]) -> str:
 
 def markdown_by_length(results: list[dict]) -> str:
     """The test accuracy per source length of the selected checkpoint (for add: both operands and the "+")."""
-    lengths = sorted({int(n) for r in results for n in r["test_exact_acc_by_len"]})
+    lengths = sorted({int(n) for r in results for n in _by_length(r)})
     lines = ["| task | " + " | ".join(f"length {n}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
     for r in results:
-        by_len = r["test_exact_acc_by_len"]
+        by_len = _by_length(r)
         lines.append(f"| {r['task']} | " + " | ".join(f"{100 * by_len[str(n)]:.0f}" if str(n) in by_len else ""
                                                        for n in lengths) + " |")
     return "\n".join(lines)
@@ -93,14 +98,25 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def update_readme(table: str, note: str) -> bool:
-    """Replace what lies between the two markers in the page; False when they are not there."""
-    text = PAGE.read_text() if PAGE.is_file() else ""
-    parts = text.split(MARKER)
-    if len(parts) != 3:
-        return False
-    PAGE.write_text(parts[0] + MARKER + "\n" + table + "\n\n" + note + "\n" + MARKER + parts[2])
-    return True
+def table_of(record: dict) -> str:
+    """benchmarks/results/seq2seq_tasks.md from what the results file records (benchmarks/report.py renders it the
+    same way; the Transformer's page quotes it)."""
+    results, machine = record["results"], record["machine"]
+    cores = f"on {machine['cpus']} CPU cores" if machine.get("cpus") else "core count not recorded"
+    note = (f"Time: wall clock for training plus the held-out evaluations, 1 torch thread (the command's default), "
+            f"torch {machine['torch']}, fp32, {machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'}"
+            f"), {cores}. The held-out set takes at most {MAX_HELD_OUT_SHARE:.0%} of any length's sources, so short "
+            f"lengths have few test sequences (1 of length 1).")
+    if "selected_step" in results[0]:
+        head = "Val exact-sequence accuracy (%, greedy decoding) after each evaluation:"
+        tail = ("Test accuracy of the checkpoint val selected ("
+                + ", ".join(f"{r['task']}: step {r['selected_step']}" for r in results) + "), by source length (%):")
+    else:
+        head = ("Held-out exact-sequence accuracy (%, greedy decoding) after each evaluation (measured when one "
+                "held-out set served every evaluation, before val and test were split):")
+        tail = "At the last step, by source length (%):"
+    return (head + "\n\n" + markdown(results) + "\n\n" + tail + "\n\n" + markdown_by_length(results) + "\n\n"
+            + note + "\n")
 
 
 def main() -> None:
@@ -108,26 +124,19 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--steps", type=int, help="optimizer steps per task (default: the command's default)")
     parser.add_argument("--out", default=str(RESULTS / "seq2seq_tasks.json"))
-    parser.add_argument("--no-readme", dest="readme", action="store_false", help="do not update the page")
     add_beside_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         results = [run_task(task, args.steps, Path(root)) for task in args.tasks]
-    table = markdown(results) + "\n\nAt the last step, by source length (%):\n\n" + markdown_by_length(results)
-    print(table)
     out = Path(args.out)
-    machine = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
-               platform.machine(), "python": platform.python_version()}
-    write_json(out, {"machine": machine, "results": results, "table": table}, beside=args.beside)
+    machine = host_machine()  # the CPU's model name and ISA, as every results file records them
+    record = write_json(out, {"machine": machine, "results": results}, beside=args.beside)
+    table = table_of(record)
+    out.with_suffix(".md").write_text(table)
+    print(table)
     plot(results, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
-    note = (f"Time: wall clock for training plus the held-out evaluations, 1 torch thread (the command's default), "
-            f"torch {torch.__version__}, fp32, on {os.cpu_count()} CPU cores. The held-out set takes at most "
-            f"{MAX_HELD_OUT_SHARE:.0%} of any length's sources, so short lengths have few test sequences "
-            f"(1 of length 1).")
-    if args.readme and update_readme(table, note):
-        print(f"updated the table in {PAGE}")
-
+    print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}; `python benchmarks/report.py` "
+          "puts the table on the Transformer's page")
 
 if __name__ == "__main__":
     main()
