@@ -15,9 +15,9 @@ difference added to the bicubic upsampling of the input, or to the input itself 
 tail's last convolution starts at zero, so an untrained model already gives the baseline:
 
     y     = bicubic_s(x) + tail_t(f_D)               VDSR's global residual learning (Kim et al. 2016)
- Tasks are named by
-their degradation (`sr2`, `sr3`, `sr4`, `denoise30`, `denoise50`, `derain`); the model holds one head, one tail and
-one task embedding per name, in the order of `degradations`.
+
+Tasks are named by their degradation (`sr2`, `sr3`, `sr4`, `denoise30`, `denoise50`, `derain`); the model holds
+one head, one tail and one task embedding per name, in the order of `degradations`.
 
 The body reads exactly patch_size × patch_size maps (its position and task embeddings have one entry per token).
 `forward_chop` restores an image of any size from overlapping tiles. Images are (B, 3, H, W) in [0, 1]; inside, the
