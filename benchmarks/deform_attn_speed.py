@@ -88,6 +88,14 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def table_of(record: dict) -> str:
+    """benchmarks/results/<tag>.md from what the results file records (benchmarks/report.py renders it the same
+    way): the table and the machine with its ISA."""
+    host = record["machine"]
+    return (markdown(record["rows"]) + f"\n\n{host['cpu']} ({host.get('cpu_capability') or 'ISA not recorded'}), "
+            f"{host['threads']} threads, torch {host['torch']}, transformers {host.get('transformers', '—')}, fp32\n")
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", choices=["encoder", "decoder"], default=["encoder", "decoder"])
@@ -106,10 +114,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
     for name in args.shapes:
         rows += compare(name, args.batch, size, None if name == "encoder" else 300, rounds, calls)
-    host = machine()
-    write_results(Path(args.out), args.tag, {"machine": host, "rows": rows},
-                  markdown(rows) + f"\n\n{host['cpu']}, {host['threads']} threads, torch {host['torch']}, "
-                  f"transformers {host.get('transformers', '—')}, fp32\n", beside=args.beside)
+    record = {"machine": machine(), "rows": rows}
+    write_results(Path(args.out), args.tag, record, table_of(record), beside=args.beside)
     return rows
 
 

@@ -184,6 +184,10 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "speed": _harness_report,
     "detr_scenes": lambda record: _script("detr_scenes").table_of(record),
     "detr_speed": lambda record: _script("detr_speed").table_of(record),
+    "deformable_detr_speed": lambda record: _script("detr_speed").table_of(record),
+    "deform_attn_speed": lambda record: _script("deform_attn_speed").table_of(record),
+    "setr_speed": lambda record: _script("setr_speed").table_of(record),
+    "vqgan_speed": lambda record: _script("vqgan_speed").table_of(record),
     **{f"transfer_{system}": lambda record: _script("transfer").report(record)
        for system in ("detection", "segmentation", "classification")},
 }

@@ -79,6 +79,14 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def table_of(record: dict) -> str:
+    """benchmarks/results/<tag>.md from what the results file records (benchmarks/report.py renders it the same
+    way): the table and the machine with its ISA."""
+    host = record["machine"]
+    return (markdown(record["rows"]) + f"\n\n{host['cpu']} ({host.get('cpu_capability') or 'ISA not recorded'}), "
+            f"{host['threads']} threads, torch {host['torch']}, fp32\n")
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
@@ -96,10 +104,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     overrides = {"depth": 2} if args.quick else {}
     size, batch, rounds, calls = (32, 2, 2, 1) if args.quick else (args.size, args.batch, args.rounds, args.calls)
     rows = [row for name in args.models for row in compare(name, batch, size, rounds, calls, overrides)]
-    host = machine()
-    write_results(Path(args.out), args.tag, {"machine": host, "rows": rows},
-                  markdown(rows) + f"\n\n{host['cpu']}, {host['threads']} threads, torch {host['torch']}, fp32\n",
-                  beside=args.beside)
+    record = {"machine": machine(), "rows": rows}
+    write_results(Path(args.out), args.tag, record, table_of(record), beside=args.beside)
     return rows
 
 

@@ -86,6 +86,24 @@ def ratio_summary(times: dict, fast: str, slow: str) -> dict:
     return {"median": statistics.median(ratios), "range": [min(ratios), max(ratios)]}
 
 
+def table_of(record: dict) -> str:
+    """benchmarks/results/vqgan_speed.md from what the results file records (benchmarks/report.py renders it the
+    same way)."""
+    t, s, host = record["train_speedup_vs_diffusers"], record["cache_speedup"], record["machine"]
+    return "\n".join([
+        f"VQGAN speed ({record['model']}, batch {record['batch_size']}, {record['threads']} threads, "
+        f"{record['rounds']} interleaved rounds; {host['cpu']}, {host.get('cpu_capability') or 'ISA not recorded'}, "
+        f"torch {host['torch']})", "",
+        "| what | vitlab | reference | speed-up (median over rounds, range) |", "| --- | --- | --- | --- |",
+        f"| autoencoder training step (s) | {record['train_step_s']['vitlab']:.3f} | diffusers VQModel "
+        f"{record['train_step_s']['diffusers']:.3f} | {t['median']:.2f}× ({t['range'][0]:.2f}–{t['range'][1]:.2f}) |",
+        f"| sampling {record['samples']} × {record['sequence']} codes (s) | "
+        f"cached {record['sampling_s']['cached']:.3f} | "
+        f"recomputed {record['sampling_s']['recomputed']:.3f} | {s['median']:.2f}× "
+        f"({s['range'][0]:.2f}–{s['range'][1]:.2f}) |", "",
+        f"Cached sampling drew the same codes as recomputed sampling: {record['cached_equals_recomputed']}.", ""])
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vqgan_small")
@@ -143,20 +161,10 @@ def main(argv: list[str] | None = None) -> dict:
         "parameters": {"vitlab": sum(p.numel() for p in mine.parameters()),
                        "diffusers": sum(p.numel() for p in theirs.parameters())},
     }
-    t, s = result["train_speedup_vs_diffusers"], result["cache_speedup"]
-    table = "\n".join([
-        f"# VQGAN speed ({args.model}, batch {args.batch_size}, {result['threads']} threads, {args.rounds} "
-        f"interleaved rounds)", "",
-        "| what | vitlab | reference | speed-up (median over rounds, range) |", "| --- | --- | --- | --- |",
-        f"| autoencoder training step (s) | {result['train_step_s']['vitlab']:.3f} | diffusers VQModel "
-        f"{result['train_step_s']['diffusers']:.3f} | {t['median']:.2f}× ({t['range'][0]:.2f}–{t['range'][1]:.2f}) |",
-        f"| sampling {args.samples} × {prior.seq_len} codes (s) | cached {result['sampling_s']['cached']:.3f} | "
-        f"recomputed {result['sampling_s']['recomputed']:.3f} | {s['median']:.2f}× "
-        f"({s['range'][0]:.2f}–{s['range'][1]:.2f}) |", "",
-        f"Cached sampling drew the same codes as recomputed sampling: {same}.", ""])
-    print(table)
-    write_json(args.out / "vqgan_speed.json", result, beside=args.beside)
+    record = write_json(args.out / "vqgan_speed.json", result, beside=args.beside)
+    table = table_of(record)
     (args.out / "vqgan_speed.md").write_text(table)
+    print(table)
     return result
 
 

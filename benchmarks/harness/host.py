@@ -48,7 +48,8 @@ def provenance(device: str = "cpu", beside: str | None = "nothing") -> dict:
             return ""
 
     commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
+    # results files written by earlier runs are not a change to the code that measures
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"):
         commit += "+changes"
     command = "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
     return {"command": command, "commit": commit, "machine": machine(device), "beside": beside}
