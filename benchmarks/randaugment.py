@@ -11,8 +11,6 @@ Writes benchmarks/results/<tag>.json and <tag>.md and prints the markdown. One b
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -24,7 +22,7 @@ from torchvision.transforms import v2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 
-from benchmarks.harness import add_beside_option, write_results  # noqa: E402 - after the path set-up above
+from benchmarks.harness import add_beside_option, machine, stamped, write_results  # noqa: E402 - after the path set-up
 from vitlab.engine.augment import rand_augment  # noqa: E402 - after the path set-up above
 from vitlab.models import create_model  # noqa: E402 - after the path set-up above
 
@@ -79,7 +77,8 @@ def measure(model_name: str, channels: int, size: int, batch: int, rounds: int, 
 
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = [f"Machine: {m['cpu']}, {m['cpus']} cores, torch {m['torch']}, {m['threads']} threads. RandAugment "
+    lines = [f"Machine: {m['cpu']} ({m.get('cpu_capability') or 'ISA not recorded'}), {m['cpus']} cores, torch "
+             f"{m['torch']}, {m['threads']} threads. RandAugment "
              f"N=2, M=9; ms per batch, median of {result['rounds']} interleaved rounds (each the median of "
              f"{result['repeats']} calls); speedup = median of per-round ratios (range); share = augmentation / "
              f"(augmentation + training step of the model).", "",
@@ -106,9 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     rounds, repeats = (1, 1) if args.quick else (args.rounds, args.repeats)
     torch.manual_seed(0)
     rows = [measure(*workload, rounds=rounds, repeats=repeats) for workload in (QUICK if args.quick else DEFAULT)]
-    result = {"machine": {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                          "torch": torch.__version__, "threads": torch.get_num_threads()},
-              "rounds": rounds, "repeats": repeats, "rows": rows}
+    result = stamped({"machine": machine(), "rounds": rounds, "repeats": repeats, "rows": rows}, args.beside)
     write_results(Path(args.out), args.tag, result, markdown(result), beside=args.beside)
     return result
 

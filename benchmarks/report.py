@@ -55,7 +55,7 @@ def _transformer() -> tuple[str, str]:
     result = _load("seq2seq_tasks")
     finals = {row["task"]: row.get("test_exact_acc", row.get("final_exact_acc")) for row in result["results"]}
     text = ", ".join(f"{task} {100 * acc:.1f} %" for task, acc in finals.items())
-    return (f"held-out exact-sequence accuracy after 4,000 steps: {text} "
+    return (f"test exact-sequence accuracy, 4,000 steps, checkpoint chosen on val: {text} "
             f"([seq2seq_tasks](benchmarks/results/seq2seq_tasks.json); {_isa(result)})"), "—"
 
 
@@ -188,6 +188,7 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "deform_attn_speed": lambda record: _script("deform_attn_speed").table_of(record),
     "setr_speed": lambda record: _script("setr_speed").table_of(record),
     "vqgan_speed": lambda record: _script("vqgan_speed").table_of(record),
+    "randaugment": lambda record: _script("randaugment").markdown(record),
     **{f"transfer_{system}": lambda record: _script("transfer").report(record)
        for system in ("detection", "segmentation", "classification")},
 }
