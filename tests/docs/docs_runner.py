@@ -19,6 +19,17 @@ def python_blocks(markdown: str) -> list[tuple[int, str]]:
     return [(markdown.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in BLOCK.finditer(markdown)]
 
 
+def fashion_mnist_installed() -> bool:
+    """Whether the walkthroughs that read Fashion-MNIST can run here (scripts/setup.sh installs it)."""
+    from vitlab.data import find_fashion_mnist
+
+    try:
+        find_fashion_mnist(download=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def run_markdown(path: str | Path, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     path = Path(path)
     namespace = {"__name__": "__docs__"} if namespace is None else namespace

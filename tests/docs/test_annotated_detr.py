@@ -3,21 +3,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitlab.data import find_fashion_mnist
-
-from .docs_runner import python_blocks, run_markdown
+from .docs_runner import fashion_mnist_installed, python_blocks, run_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "annotated_detr.md"
 FIGURES = ("detr_matching.png", "detr_eos_coef.png", "detr_duplicates.png", "detr_detections.png",
            "detr_cross_attention.png", "detr_query_slots.png")
-
-
-def fashion_mnist_installed() -> bool:
-    try:
-        find_fashion_mnist(download=False)
-        return True
-    except FileNotFoundError:
-        return False
 
 
 def test_the_runner_finds_every_block():

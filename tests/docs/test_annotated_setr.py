@@ -3,21 +3,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitlab.data import find_fashion_mnist
-
-from .docs_runner import python_blocks, run_markdown
+from .docs_runner import fashion_mnist_installed, python_blocks, run_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "annotated_setr.md"
 FIGURES = ("setr_patches.png", "setr_decoders.png", "setr_prediction.png", "setr_taps.png")
-
-
-def fashion_mnist_installed() -> bool:
-    """The page makes its scenes from Fashion-MNIST's train and test items."""
-    try:
-        find_fashion_mnist(download=False)
-        return True
-    except FileNotFoundError:
-        return False
 
 
 def test_the_runner_finds_every_block():
