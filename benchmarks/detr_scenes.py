@@ -202,6 +202,8 @@ def table_of(record: dict) -> str:
     """benchmarks/results/detr_scenes.md from what the results file records (benchmarks/report.py renders it the
     same way): val AP50 every 10 minutes of training (the latest evaluation by then, its minute in brackets), each
     detector at the end of its run, and the machine."""
+    from benchmarks.harness import cpu_and_isa
+
     results, budget = record["results"], record["budget_min"]
     minutes = list(range(10, int(budget) + 1, 10))
     lines = ["| val AP50 by training minute | " + " | ".join(str(m) for m in minutes) + " |",
@@ -225,7 +227,7 @@ def table_of(record: dict) -> str:
                       f"{pretraining['data']}, {pretraining['train_min']:.1f} min, test accuracy "
                       f"{100 * pretraining['test_acc']:.2f} %."]
     machine = record["machine"]
-    lines += ["", f"{machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'}), "
+    lines += ["", f"{cpu_and_isa(machine)}, "
                   f"{machine['threads']} threads, torch {machine['torch']}, fp32"]
     return "\n".join(lines) + "\n"
 

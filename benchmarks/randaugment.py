@@ -22,7 +22,7 @@ from torchvision.transforms import v2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 
-from benchmarks.harness import add_beside_option, machine, stamped, write_results  # noqa: E402 - after the path set-up
+from benchmarks.harness import add_beside_option, cpu_and_isa, machine, stamped, write_results  # noqa: E402 - after the path set-up
 from vitlab.engine.augment import rand_augment  # noqa: E402 - after the path set-up above
 from vitlab.models import create_model  # noqa: E402 - after the path set-up above
 
@@ -77,7 +77,7 @@ def measure(model_name: str, channels: int, size: int, batch: int, rounds: int, 
 
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = [f"Machine: {m['cpu']} ({m.get('cpu_capability') or 'ISA not recorded'}), {m['cpus']} cores, torch "
+    lines = [f"Machine: {cpu_and_isa(m)}, {m['cpus']} cores, torch "
              f"{m['torch']}, {m['threads']} threads. RandAugment "
              f"N=2, M=9; ms per batch, median of {result['rounds']} interleaved rounds (each the median of "
              f"{result['repeats']} calls); speedup = median of per-round ratios (range); share = augmentation / "

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the root makes `benchmarks` import
-from benchmarks.harness import add_beside_option, write_json
+from benchmarks.harness import add_beside_option, cpu_and_isa, write_json
 from benchmarks.harness import machine as host_machine
 from vitlab.data.sequences import MAX_HELD_OUT_SHARE, TASKS
 from vitlab.engine.run import read_metrics
@@ -104,9 +104,9 @@ def table_of(record: dict) -> str:
     results, machine = record["results"], record["machine"]
     cores = f"on {machine['cpus']} CPU cores" if machine.get("cpus") else "core count not recorded"
     note = (f"Time: wall clock for training plus the held-out evaluations, 1 torch thread (the command's default), "
-            f"torch {machine['torch']}, fp32, {machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'}"
-            f"), {cores}. The held-out set takes at most {MAX_HELD_OUT_SHARE:.0%} of any length's sources, so short "
-            f"lengths have few test sequences (1 of length 1).")
+            f"torch {machine['torch']}, fp32, {cpu_and_isa(machine)}, {cores}. The held-out set takes at most "
+            f"{MAX_HELD_OUT_SHARE:.0%} of any length's sources, so short lengths have few test sequences (1 of length "
+            f"1).")
     if "selected_step" in results[0]:
         head = "Val exact-sequence accuracy (%, greedy decoding) after each evaluation:"
         tail = ("Test accuracy of the checkpoint val selected ("

@@ -82,8 +82,10 @@ def markdown(rows: list[dict]) -> str:
 def table_of(record: dict) -> str:
     """benchmarks/results/<tag>.md from what the results file records (benchmarks/report.py renders it the same
     way): the table and the machine with its ISA."""
+    from benchmarks.harness import cpu_and_isa
+
     host = record["machine"]
-    return (markdown(record["rows"]) + f"\n\n{host['cpu']} ({host.get('cpu_capability') or 'ISA not recorded'}), "
+    return (markdown(record["rows"]) + f"\n\n{cpu_and_isa(host)}, "
             f"{host['threads']} threads, torch {host['torch']}, fp32\n")
 
 

@@ -35,6 +35,11 @@ def machine(device: str = "cpu") -> dict:
     return info
 
 
+def cpu_and_isa(machine: dict) -> str:
+    """'AMD EPYC (AVX512)': a recorded machine's CPU and its ISA, as the results tables print it."""
+    return f"{machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'})"
+
+
 def provenance(device: str = "cpu", beside: str | None = "nothing") -> dict:
     """What a results file records beside its numbers: the command that made it, the commit it ran (with
     "+changes" where the working tree differed), the machine with its ISA (`cpu_capability`), and what else ran on
