@@ -7,9 +7,21 @@ there is one a benchmark recorded.
 A page asks for a block with `<!-- report: NAME -->` ... `<!-- /report -->`; the text between the markers is
 replaced by BLOCKS[NAME](), rendered from benchmarks/results/*.json. The systems table reads each system's
 headline measurement here and, beside it, the figure its authors report for a released model (the family's
-release list, vitlab/models/*.py), with the machine's ISA where the results file records it. A page quotes a
+release list, vitlab/models/*.py), with the machine's ISA where the results file records it. A block may take
+words after its name (`<!-- report: runtime_ratios runtimes-avx2 -->`), given to its function. A page quotes a
 results table with `<!-- results: benchmarks/results/NAME.md -->` ... `<!-- /results -->`: the text between is
 replaced by that file, which must be what NAME's renderer in TABLES makes from NAME.json (--check says where not).
+
+A number in a sentence is written between `<!-- value: NAME | PATH | FORMAT -->` and `<!-- /value -->`: the text
+between is replaced by the value PATH reaches in benchmarks/results/NAME.json, written with FORMAT (a str.format
+template of the value, `{pct}` being 100 times it; `{}` when left out). PATH is keys joined by dots, where a key
+may be followed by a selector:
+
+    rows[model=vit_small_patch16_224,batch=32,label=vitlab compile].ratio_to_base   the first element that matches
+    curve[-1].map_50                                                                  an element by its index
+    curve[max=map_50].train_min                                                       the element with the largest
+    rows[label=vitlab openvino bf16]*.ratio_to_base.@max                              every match; then @min, @max,
+    rows[*].first_call_s.@max                                                         @mean, @sum or @len of them
 """
 
 from __future__ import annotations
@@ -24,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/report.py`: the repository root makes `vitlab` importable
 RESULTS = ROOT / "benchmarks" / "results"
-BLOCK = re.compile(r"(<!-- report: (\w+) -->\n)(.*?)(<!-- /report -->)", re.S)
+BLOCK = re.compile(r"(<!-- report: (\w+)((?: [^\s>]+)*) -->\n)(.*?)(<!-- /report -->)", re.S)
+VALUE = re.compile(r"(<!-- value: (.+?) -->)(.*?)(<!-- /value -->)", re.S)
 QUOTED = re.compile(r"(<!-- results: (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
@@ -153,7 +166,93 @@ def systems(prefix: str = "") -> str:
     return "\n".join(lines)
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"systems": systems}
+def runtime_ratios(name: str = "runtimes") -> str:
+    """The runtimes benchmark as one row per model and batch, one column per contender: images/s as a multiple of
+    its base (timm eager where it applies, else vitlab torch), the fastest fp32 vitlab runtime in bold."""
+    result = _load(name)
+    rows = [row for row in result["rows"] if "ratio_to_base" in row]
+    labels = list(dict.fromkeys(row["label"] for row in rows if row["label"] != "timm eager"))
+    cases = list(dict.fromkeys((row["model"], row["batch"]) for row in rows))
+    lines = [f"| model, batch ({_isa(result)}) | " + " | ".join(labels) + " |",
+             "|---|" + "---:|" * len(labels)]
+    for model, batch in cases:
+        here = {row["label"]: row for row in rows if (row["model"], row["batch"]) == (model, batch)}
+        fp32 = [label for label in here if label.startswith("vitlab") and "bf16" not in label]
+        best = max(fp32, key=lambda label: here[label]["ratio_to_base"]) if fp32 else None
+        cells = []
+        for label in labels:
+            if label not in here:
+                cells.append("")
+            elif here[label]["base"] == label:
+                cells.append("1")
+            else:
+                figure = f"{here[label]['ratio_to_base']:.2f}"
+                cells.append(f"**{figure}**" if label == best else figure)
+        lines.append(f"| {model}, {batch} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, Callable[..., str]] = {"systems": systems, "runtime_ratios": runtime_ratios}
+
+
+# `<!-- value: NAME | PATH | FORMAT -->`: one number of a sentence, read from benchmarks/results/NAME.json
+STEP = re.compile(r"(@\w+)|([^.\[\]@]+)|\[([^\]]*)\](\*?)")
+REDUCE: dict[str, Callable[[list], object]] = {
+    "@min": min, "@max": max, "@sum": sum, "@len": len, "@mean": lambda xs: sum(xs) / len(xs)}
+
+
+def _select(items: list, selector: str, every: bool, where: str) -> object:
+    if not isinstance(items, list):
+        raise KeyError(f"{where}: [{selector}] selects from a list; this is a {type(items).__name__}")
+    if selector == "*":
+        return list(items)
+    if re.fullmatch(r"-?\d+", selector):
+        return items[int(selector)]
+    if re.fullmatch(r"(max|min)=\w+", selector):
+        which, key = selector.split("=")
+        return (max if which == "max" else min)(items, key=lambda item: item[key])
+    wanted = dict(part.split("=", 1) for part in selector.split(","))
+    found = [item for item in items if all(str(item.get(k)) == v for k, v in wanted.items())]
+    if not found:
+        raise KeyError(f"{where}: no element has {selector}")
+    return found if every else found[0]
+
+
+def lookup(record: dict, path: str, where: str = "") -> object:
+    """The value PATH reaches in a results record (the grammar is in this module's docstring)."""
+    values, many = [record], False
+    for reduce, key, selector, every in STEP.findall(path):
+        if reduce:
+            if not many or reduce not in REDUCE:
+                raise KeyError(f"{where}: {reduce} needs a list made by `[...]*` (and is one of {', '.join(REDUCE)})")
+            values, many = [REDUCE[reduce](values)], False
+        elif key:
+            missing = [value for value in values if not isinstance(value, dict) or key not in value]
+            if missing:
+                keys = sorted(missing[0]) if isinstance(missing[0], dict) else type(missing[0]).__name__
+                raise KeyError(f"{where}: no key {key!r} (there: {keys})")
+            values = [value[key] for value in values]
+        else:
+            every = bool(every) or selector == "*"
+            picked = [_select(value, selector, every, where) for value in values]
+            values = [item for found in picked for item in found] if every else picked
+            many = many or every
+    if many:
+        raise KeyError(f"{where}: {path} reaches several values; end it with @min, @max, @mean, @sum or @len")
+    return values[0]
+
+
+def value(spec: str) -> str:
+    """The text of a `<!-- value: NAME | PATH | FORMAT -->` marker, from its results file now."""
+    parts = [part.strip() for part in spec.split(" | ")]
+    if len(parts) not in (2, 3):
+        raise ValueError(f"<!-- value: {spec} -->: expected NAME | PATH or NAME | PATH | FORMAT")
+    name, path, template = parts if len(parts) == 3 else (*parts, "{}")
+    if not (RESULTS / f"{name}.json").is_file():
+        raise FileNotFoundError(f"<!-- value: {spec} -->: no benchmarks/results/{name}.json")
+    found = lookup(_load(name), path, where=f"<!-- value: {spec} -->")
+    number = isinstance(found, (int, float)) and not isinstance(found, bool)
+    return template.format(found, pct=100 * found if number else found)
 
 
 def _script(name: str):
@@ -205,8 +304,13 @@ def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
+def _block(match: re.Match) -> str:
+    return BLOCKS[match.group(2)](*match.group(3).split())
+
+
 def render(text: str) -> str:
-    text = BLOCK.sub(lambda m: m.group(1) + BLOCKS[m.group(2)]() + "\n" + m.group(4), text)
+    text = BLOCK.sub(lambda m: m.group(1) + _block(m) + "\n" + m.group(5), text)
+    text = VALUE.sub(lambda m: m.group(1) + value(m.group(2)) + m.group(4), text)
     return QUOTED.sub(lambda m: m.group(1) + (ROOT / m.group(2)).read_text().strip() + "\n" + m.group(4), text)
 
 
@@ -218,8 +322,16 @@ def stale() -> list[str]:
         for match in BLOCK.finditer(text):
             if match.group(2) not in BLOCKS:
                 out.append(f"{page.relative_to(ROOT)}: unknown block {match.group(2)!r} (known: {', '.join(BLOCKS)})")
-            elif match.group(3) != BLOCKS[match.group(2)]() + "\n":
-                out.append(f"{page.relative_to(ROOT)}: {match.group(2)}")
+            elif match.group(4) != _block(match) + "\n":
+                out.append(f"{page.relative_to(ROOT)}: {match.group(2)}{match.group(3)}")
+        for match in VALUE.finditer(text):
+            try:
+                fresh = value(match.group(2))
+            except (KeyError, ValueError, FileNotFoundError, IndexError) as error:
+                out.append(f"{page.relative_to(ROOT)}: {error}")
+                continue
+            if match.group(3) != fresh:
+                out.append(f"{page.relative_to(ROOT)}: {match.group(3)!r} where {match.group(2)!r} now reads {fresh!r}")
         for match in QUOTED.finditer(text):
             source = ROOT / match.group(2)
             if not source.is_file():
@@ -242,7 +354,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     for page in pages():
         text = page.read_text()
-        new = render(text)
+        try:
+            new = render(text)
+        except (KeyError, ValueError, FileNotFoundError, IndexError) as error:
+            print(f"error: {page.relative_to(ROOT)}: {error}", file=sys.stderr)
+            return 1
         if new != text:
             tmp = page.with_suffix(".md.tmp")
             tmp.write_text(new)

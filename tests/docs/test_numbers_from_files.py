@@ -9,6 +9,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 QUOTED = re.compile(r"<!-- results: (\S+) -->\n(.*?)\n<!-- /results -->", re.S)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -66,3 +68,61 @@ def test_the_systems_table_reads_each_headline_from_its_results_file(tmp_path, m
     table = report.systems()
     assert "Fashion-MNIST test accuracy 12.34 %" in table and f"{100 * before:.2f} %" not in table.split("ViT")[1][:200]
     assert table.count("\n| [") == len(report.SYSTEMS)
+
+
+def test_a_value_marker_reads_its_number_from_the_results_file(tmp_path, monkeypatch):
+    """`<!-- value: NAME | PATH | FORMAT -->`: each selector of the path grammar against a record made here, and a
+    changed measurement changing the sentence."""
+    import json
+
+    report = _report()
+    curve = [{"ap": 0.2, "min": 5}, {"ap": 0.4, "min": 9}]
+    record = {"rows": [{"model": "a", "batch": 1, "ratio": 1.5, "curve": curve},
+                       {"model": "a", "batch": 32, "ratio": 2.25, "curve": []},
+                       {"model": "b", "batch": 32, "ratio": 0.75, "curve": []}],
+              "final": {"acc": 0.9081}}
+    (tmp_path / "toy.json").write_text(json.dumps(record))
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert report.value("toy | final.acc | {pct:.2f} %") == "90.81 %"
+    assert report.value("toy | rows[model=a,batch=32].ratio | {:.2f}×") == "2.25×"
+    assert report.value("toy | rows[0].curve[-1].ap") == "0.4"
+    assert report.value("toy | rows[0].curve[max=ap].min") == "9"
+    assert report.value("toy | rows[batch=32]*.ratio.@min") == "0.75"
+    assert report.value("toy | rows[*].ratio.@mean | {:.1f}") == "1.5"
+    assert report.value("toy | rows[*].model.@len") == "3"
+    for bad in ("toy | rows[model=c].ratio", "toy | rows[*].ratio", "toy | final.loss", "toy | final[0]",
+                "nothing | final.acc", "toy"):
+        with pytest.raises((KeyError, ValueError, FileNotFoundError)):
+            report.value(bad)
+
+    page = tmp_path / "page.md"
+    page.write_text("accuracy <!-- value: toy | final.acc | {pct:.1f} % --><!-- /value -->.\n")
+    monkeypatch.setattr(report, "pages", lambda: [page])
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    assert report.stale() == ["page.md: '' where 'toy | final.acc | {pct:.1f} %' now reads '90.8 %'"]
+    assert report.main([]) == 0
+    assert "accuracy <!-- value: toy | final.acc | {pct:.1f} % -->90.8 %<!-- /value -->." in page.read_text()
+    record["final"]["acc"] = 0.5
+    (tmp_path / "toy.json").write_text(json.dumps(record))
+    assert report.main(["--check"]) == 1
+    assert report.main([]) == 0 and "-->50.0 %<!--" in page.read_text() and report.stale() == []
+
+
+def test_the_runtimes_guide_tabulates_the_ratios_its_results_file_records():
+    """The guide's pivot of benchmarks/results/runtimes.json: one row per model and batch, each cell that
+    contender's recorded ratio to its base, the fastest fp32 vitlab runtime in bold."""
+    import json
+
+    report = _report()
+    rows = json.loads((ROOT / "benchmarks" / "results" / "runtimes.json").read_text())["rows"]
+    table = report.runtime_ratios("runtimes").splitlines()
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    line = next(row for row in table if row.startswith("| vit_small_patch16_224, 32 |"))
+    cells = dict(zip(header[1:], [cell.strip() for cell in line.strip("|").split("|")][1:]))
+    here = [row for row in rows if row["model"] == "vit_small_patch16_224" and row["batch"] == 32]
+    for row in here:
+        if row["label"] != "timm eager":
+            assert cells[row["label"]].strip("*") == f"{row['ratio_to_base']:.2f}"
+    fastest = max((row for row in here if row["label"].startswith("vitlab") and "bf16" not in row["label"]),
+                  key=lambda row: row["ratio_to_base"])
+    assert cells[fastest["label"]].startswith("**") and sum(cell.startswith("**") for cell in cells.values()) == 1
