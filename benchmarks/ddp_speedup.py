@@ -53,6 +53,17 @@ def run(nproc: int, epochs: int, model: str, batch: int, cores: int) -> dict:
             "val_acc": rows[-2]["val_acc"], "test_acc": rows[-1]["test_acc"]}
 
 
+def table_of(record: dict) -> str:
+    """The results table, from what ddp_speedup.json records."""
+    lines = ["| processes | batch per process | threads per process | images/s | speed-up | train time (s) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in record["results"]:
+        launcher = " (torchrun, gloo)" if r["processes"] > 1 else ""
+        lines.append(f"| {r['processes']}{launcher} | {r['per_process_batch']} | {r['threads_per_process']} | "
+                     f"{r['images_per_s']:.0f} | {r['speedup']:.2f}× | {r['train_time_s']:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, nargs="+", default=[2], help="process counts to compare with 1")
@@ -71,13 +82,7 @@ def main() -> None:
     machine = {"cpus": cores, "torch": torch.__version__, "platform": platform.platform()}
     write_json(RESULTS / "ddp_speedup.json", {"machine": machine, "model": args.model, "epochs": args.epochs,
                                               "results": results}, beside=args.beside)
-    print(f"{args.model}, {args.epochs} epoch(s) of Fashion-MNIST, effective batch {args.batch}, {cores} cores:\n")
-    print("| processes | batch per process | threads per process | images/s | speed-up | train time (s) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for r in results:
-        print(f"| {r['processes']} | {r['per_process_batch']} | {r['threads_per_process']} | {r['images_per_s']:.0f} | "
-              f"{r['speedup']:.2f}× | {r['train_time_s']:.0f} |")
-
+    print(table_of(json.loads((RESULTS / "ddp_speedup.json").read_text())))
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ Run one benchmark at a time: the machine has 2 cores.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -55,6 +56,22 @@ def train(run_dir: Path, reuse: bool, **options) -> dict:
             "val_curve": [round(r["val_acc"], 4) for r in rows if "val_acc" in r]}
 
 
+def table_of(record: dict) -> str:
+    """Each student's test accuracy after every epoch of every seed and its final mean, and the teacher's, from
+    what deit_distillation.json records."""
+    lines = ["| student | teacher | test accuracy after each epoch (one list per seed) | final, mean ± half-range |",
+             "| --- | --- | --- | --- |"]
+    teacher = record["teacher"]
+    for row in record["table"]:
+        runs = sorted((run for run in record["runs"] if run["kind"] == row["kind"]), key=lambda run: run["seed"])
+        curves = "; ".join(", ".join(f"{100 * acc:.1f}" for acc in run["curve"]) for run in runs)
+        distilled = f"{row['kind']}, {teacher['model']}" if row["kind"] != "none" else "none"
+        lines.append(f"| {row['model']} | {distilled} | {curves} | {row['mean']:.2f} ± {row['spread']:.2f} % |")
+    curve = ", ".join(f"{100 * acc:.1f}" for acc in teacher["curve"])
+    lines.append(f"| teacher {teacher['model']} | — | {curve} | {100 * teacher['test_acc']:.2f} % |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=3, help="epochs of every student (default: 3)")
@@ -89,13 +106,7 @@ def main() -> None:
         beside=args.beside)
 
     print(f"\nFashion-MNIST test accuracy, {args.epochs} epochs per student, seeds {args.seeds}:\n")
-    print("| student | distillation | accuracy per seed (%) | mean ± half-range (%) | train time (min) |")
-    print("| --- | --- | --- | --- | --- |")
-    for row in table:
-        print(f"| {row['model']} | {row['kind']} | {', '.join(f'{a:.2f}' for a in row['accs'])} | "
-              f"{row['mean']:.2f} ± {row['spread']:.2f} | {row['train_time_s'] / 60:.1f} |")
-    print(f"| teacher: resnet18_28 | — | {100 * teacher['test_acc']:.2f} | — | {teacher['train_time_s'] / 60:.1f} |")
-
+    print(table_of(json.loads((RESULTS / "deit_distillation.json").read_text())))
 
 if __name__ == "__main__":
     main()

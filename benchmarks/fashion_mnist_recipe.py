@@ -99,6 +99,24 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def table_of(record: dict) -> str:
+    """The results table (each variant's validation accuracy after every evaluation, the checkpoint chosen on it
+    and that checkpoint's test accuracy), from what the JSON records."""
+    lines = ["| variant | model | params | epochs | train time (min) | images/s | validation accuracy after each "
+             "epoch | best validation accuracy (epoch) | test accuracy of that checkpoint |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |"]
+    for r in record["results"]:
+        curve = ", ".join(f"{100 * point['val_acc']:.1f}" for point in r["curve"])
+        model = f"{r['model']} {r['model_overrides']}" if r["model_overrides"] else r["model"]
+        lines.append(f"| {r['variant']} | {model} | {r['params']:,} | "
+                     f"{r['recipe']['epochs']} | {r['train_time_s'] / 60:.1f} | {r['images_per_s']:.0f} | {curve} | "
+                     f"{100 * r['best_val_acc']:.2f} % ({r['selected_epoch']}) | {100 * r['test_acc']:.2f} % |")
+    m = record["machine"]
+    lines.append(f"\n`{record['command']}` at {record['commit']}, {m['cpu']} ({m['cpu_capability']}), "
+                 f"{m['threads']} threads")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=["default", "plain_patch7"], choices=sorted(VARIANTS))
@@ -112,15 +130,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     results = [run_variant(name, args.epochs, args.lr, args.seed, args.reuse) for name in args.variants]
     out = {**provenance(beside=args.beside), "results": results}
-    lines = ["| variant | model | params | epochs | train time (min) | images/s | best validation accuracy (epoch) | "
-             "test accuracy of that checkpoint |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in results:
-        lines.append(f"| {r['variant']} | {r['model']} {r['model_overrides'] or ''} | {r['params']:,} | "
-                     f"{r['recipe']['epochs']} | {r['train_time_s'] / 60:.1f} | {r['images_per_s']:.0f} | "
-                     f"{100 * r['best_val_acc']:.2f} % ({r['selected_epoch']}) | {100 * r['test_acc']:.2f} % |")
-    m = out["machine"]
-    lines.append(f"\n`{out['command']}` at {out['commit']}, {m['cpu']} ({m['cpu_capability']}), {m['threads']} threads")
-    write_results(RESULTS, args.tag, out, "\n".join(lines) + "\n", beside=args.beside)
+    write_results(RESULTS, args.tag, out, table_of(out) + "\n", beside=args.beside)
     plot(results, RESULTS / f"{args.tag}.png")
 
 

@@ -192,7 +192,17 @@ def runtime_ratios(name: str = "runtimes") -> str:
     return "\n".join(lines)
 
 
-BLOCKS: dict[str, Callable[..., str]] = {"systems": systems, "runtime_ratios": runtime_ratios}
+def results_table(name: str) -> str:
+    """The first table of what NAME's renderer (TABLES) makes from benchmarks/results/NAME.json, for a page that
+    shows the table without the results file's title and notes."""
+    lines = rendered_table(name).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+BLOCKS: dict[str, Callable[..., str]] = {"systems": systems, "runtime_ratios": runtime_ratios,
+                                         "results_table": results_table}
 
 
 # `<!-- value: NAME | PATH | FORMAT -->`: one number of a sentence, read from benchmarks/results/NAME.json
@@ -288,6 +298,15 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "setr_speed": lambda record: _script("setr_speed").table_of(record),
     "vqgan_speed": lambda record: _script("vqgan_speed").table_of(record),
     "randaugment": lambda record: _script("randaugment").markdown(record),
+    "serve_load": lambda record: _script("serve_load").markdown(record),
+    "fashion_mnist_recipe": lambda record: _script("fashion_mnist_recipe").table_of(record),
+    "ddp_speedup": lambda record: _script("ddp_speedup").table_of(record),
+    "deit_distillation": lambda record: _script("deit_distillation").table_of(record),
+    "vqgan_fashion_mnist": lambda record: _script("vqgan_fashion_mnist").table_of(record),
+    "setr_memory": lambda record: _script("setr_memory").by_decoder(record),
+    "setr_scenes": lambda record: _script("setr_scenes").markdown(record["results"]),
+    "deformable_detr_scenes": lambda record: _script("deformable_detr_scenes").markdown(record["results"]),
+    "ipt_speed": lambda record: _script("ipt_speed").markdown(record["rows"]),
     **{f"transfer_{system}": lambda record: _script("transfer").report(record)
        for system in ("detection", "segmentation", "classification")},
 }

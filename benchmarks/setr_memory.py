@@ -88,6 +88,19 @@ def measure(decoder: str, attention: str, crop: int) -> dict:
             "torch": torch.__version__}
 
 
+def by_decoder(record: dict) -> str:
+    """One row per decoder: the training states, and the peak of a step with each attention path."""
+    rows = record["results"]
+    lines = ["| decoder | params | weights + gradients + momentum | peak, fused attention (vitlab's default) | "
+             "peak, explicit attention (the official code's formula) |", "| --- | ---: | ---: | ---: | ---: |"]
+    for decoder in dict.fromkeys(row["decoder"] for row in rows):
+        fused, explicit = (next(row for row in rows if row["decoder"] == decoder and row["attention"] == attention)
+                           for attention in ("fused", "explicit"))
+        lines.append(f"| {decoder} | {fused['params_m']:.1f} M | {fused['states_gib']:.2f} GiB | "
+                     f"{fused['tensors_gib']:.2f} GiB | {explicit['tensors_gib']:.2f} GiB |")
+    return "\n".join(lines)
+
+
 def write(rows: list[dict], out: Path, crop: int, beside: str = "nothing") -> None:
     """The table and the users' reports, as markdown beside the JSON."""
     from benchmarks.harness import machine, write_json
