@@ -22,6 +22,8 @@ may be followed by a selector:
     curve[max=map_50].train_min                                                       the element with the largest
     rows[label=vitlab openvino bf16]*.ratio_to_base.@max                              every match; then @min, @max,
     rows[*].first_call_s.@max                                                         @mean, @sum or @len of them
+
+and PATH may be `PATH - PATH` or `PATH / PATH`: the difference or the ratio of two values of the file.
 """
 
 from __future__ import annotations
@@ -260,7 +262,13 @@ def value(spec: str) -> str:
     name, path, template = parts if len(parts) == 3 else (*parts, "{}")
     if not (RESULTS / f"{name}.json").is_file():
         raise FileNotFoundError(f"<!-- value: {spec} -->: no benchmarks/results/{name}.json")
-    found = lookup(_load(name), path, where=f"<!-- value: {spec} -->")
+    where, record = f"<!-- value: {spec} -->", _load(name)
+    pair = re.fullmatch(r"(.+?) ([-/]) (.+)", path)
+    if pair:  # a difference or a ratio of two values of the file ("how far ahead", "how many times as fast")
+        first, second = (lookup(record, part, where) for part in (pair.group(1), pair.group(3)))
+        found = first - second if pair.group(2) == "-" else first / second
+    else:
+        found = lookup(record, path, where)
     number = isinstance(found, (int, float)) and not isinstance(found, bool)
     return template.format(found, pct=100 * found if number else found)
 

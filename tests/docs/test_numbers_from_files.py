@@ -90,6 +90,8 @@ def test_a_value_marker_reads_its_number_from_the_results_file(tmp_path, monkeyp
     assert report.value("toy | rows[batch=32]*.ratio.@min") == "0.75"
     assert report.value("toy | rows[*].ratio.@mean | {:.1f}") == "1.5"
     assert report.value("toy | rows[*].model.@len") == "3"
+    assert report.value("toy | rows[1].ratio - rows[2].ratio | {:+.1f}") == "+1.5"
+    assert report.value("toy | rows[1].ratio / rows[2].ratio | {:.0f}×") == "3×"
     for bad in ("toy | rows[model=c].ratio", "toy | rows[*].ratio", "toy | final.loss", "toy | final[0]",
                 "nothing | final.acc", "toy"):
         with pytest.raises((KeyError, ValueError, FileNotFoundError)):
