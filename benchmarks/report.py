@@ -21,7 +21,8 @@ may be followed by a selector:
     curve[-1].map_50                                                                  an element by its index
     curve[max=map_50].train_min                                                       the element with the largest
     rows[label=vitlab openvino bf16]*.ratio_to_base.@max                              every match; then @min, @max,
-    rows[*].first_call_s.@max                                                         @mean, @sum or @len of them
+    rows[*].first_call_s.@max                                                         @mean, @sum, @len, @first or
+                                                                                      @last of them
 
 and PATH may be `PATH - PATH` or `PATH / PATH`: the difference or the ratio of two values of the file.
 """
@@ -210,7 +211,8 @@ BLOCKS: dict[str, Callable[..., str]] = {"systems": systems, "runtime_ratios": r
 # `<!-- value: NAME | PATH | FORMAT -->`: one number of a sentence, read from benchmarks/results/NAME.json
 STEP = re.compile(r"(@\w+)|([^.\[\]@]+)|\[([^\]]*)\](\*?)")
 REDUCE: dict[str, Callable[[list], object]] = {
-    "@min": min, "@max": max, "@sum": sum, "@len": len, "@mean": lambda xs: sum(xs) / len(xs)}
+    "@min": min, "@max": max, "@sum": sum, "@len": len, "@mean": lambda xs: sum(xs) / len(xs),
+    "@first": lambda xs: xs[0], "@last": lambda xs: xs[-1]}
 
 
 def _select(items: list, selector: str, every: bool, where: str) -> object:
@@ -250,7 +252,7 @@ def lookup(record: dict, path: str, where: str = "") -> object:
             values = [item for found in picked for item in found] if every else picked
             many = many or every
     if many:
-        raise KeyError(f"{where}: {path} reaches several values; end it with @min, @max, @mean, @sum or @len")
+        raise KeyError(f"{where}: {path} reaches several values; end it with one of {', '.join(REDUCE)}")
     return values[0]
 
 
