@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the repository root makes `benchmarks` importable
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("detr_small", "deformable_detr_small")
+VARIANTS = ("plain", "denoising")  # each pair: the model without denoising queries, then with them
 EPOCHS = {"detr_small": 16, "deformable_detr_small": 6}  # about 60 minutes each without denoising (detr_scenes.py)
 GAIN_AFTER_MIN, GAIN = 20.0, 0.08  # detr_small: the gain denoising must keep at every evaluation past 20 minutes
 TARGET = {"detr_small": 0.5, "deformable_detr_small": 0.68}  # AP50 within 60 minutes
@@ -70,10 +71,19 @@ def compare(plain: dict, denoised: dict, model: str, budget_min: float) -> dict:
 def table_of(record: dict) -> str:
     """The results file's table, from what the file records (benchmarks/report.py renders it the same way)."""
     results = record["results"]
-    head = ("Denoising queries on the scenes, each pair run back to back; "
-            + "; ".join(f"{model}: {pair['machine']['cpu']} ({pair['machine']['cpu_capability']}), "
-                        f"{pair['machine']['threads']} threads, commit {pair['commit']}"
-                        for model, pair in results.items()))
+    def where(run: dict) -> str:
+        machine = run["machine"]
+        return f"{machine['cpu']} ({machine['cpu_capability']}), {machine['threads']} threads, commit {run['commit']}"
+
+    parts = []
+    for model, pair in results.items():
+        # the first pairs recorded one provenance for both runs (back to back); later ones one per run
+        runs = [pair] if "machine" in pair else [pair[v] for v in VARIANTS]
+        places = list(dict.fromkeys(where(run) for run in runs))
+        parts.append(f"{model}: " + (places[0] if len(places) == 1 else
+                                     " and ".join(f"{v} on {where(pair[v])}" for v in VARIANTS)
+                                     + " (different machines or commits: compare at equal epochs)"))
+    head = "Denoising queries on the scenes, each pair run back to back; " + "; ".join(parts)
     return markdown(results, head)
 
 
@@ -153,11 +163,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--budget-min", type=float, default=60.0, help="the minutes the AP50 target is set for")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch")
     parser.add_argument("--out", default=str(RESULTS / "denoising_detection.json"))
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="which runs of each pair to make now (a pair may span sessions: each run is saved "
+                        "into the results file as soon as it ends)")
+    parser.add_argument("--runs", default=str(RESULTS / "runs" / "denoising_detection"),
+                        help="the runs' folders, one per model and variant: a run killed midway continues from its "
+                        "last epoch when the command is given again, a finished one is read as it is")
     from benchmarks.harness import add_beside_option, provenance, write_json
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
-    from benchmarks.detr_scenes import ensure_scenes, run_detr
+    from benchmarks.detr_scenes import ensure_scenes, finished, run_detr
 
     data = ensure_scenes(Path(args.data), args.quick)
     out = Path(args.out)
@@ -169,12 +185,29 @@ def main(argv: list[str] | None = None) -> dict:
     denoise = {"dn_groups": args.dn_groups, "dn_box_noise": 0.4, "dn_label_noise": 0.2}
     for model in args.models:
         epochs = 1 if args.quick else args.epochs or EPOCHS[model]
-        plain = run_detr(data, epochs, options, None, model=model)
-        denoised = run_detr(data, epochs, {**options, **denoise}, None, model=model)
-        results[model] = {"plain": plain, "denoising": denoised,
-                          "comparison": compare(plain, denoised, model, args.budget_min),
-                          **provenance(beside=args.beside)}
+        # a run's own provenance travels with it; the pair-level one of the first pairs described both runs
+        pair = {v: run for v, run in results.get(model, {}).items() if v in VARIANTS}
+        if any(pair.get(v, {}).get("options", {}).get("epochs") not in (None, epochs) for v in VARIANTS):
+            pair = {}  # a pair compares runs of one length: an earlier run of another length is not its half
+        for variant in args.variants:
+            folder = Path(args.runs) / f"{model}-{variant}"
+            if variant in pair and finished(folder):
+                print(f"{model} {variant}: recorded earlier, kept with the provenance of its own run")
+                continue
+            run_options = {**options, **denoise} if variant == "denoising" else options
+            run = run_detr(data, epochs, run_options, str(folder), model=model, continue_run=True)
+            pair[variant] = {**run, **provenance(beside=args.beside)}
+            pair.pop("comparison", None)
+            if all(v in pair for v in VARIANTS):
+                pair["comparison"] = compare(pair["plain"], pair["denoising"], model, args.budget_min)
+            results[model] = pair
+            write_json(out, {"data": str(data), "budget_min": args.budget_min, "results": results,
+                             "beside": args.beside}, beside=args.beside)
+            print(f"{model} {variant}: saved into {out}")
     results = {model: results[model] for model in MODELS if model in results}
+    if not all("comparison" in results.get(model, {}) for model in args.models):
+        print("a pair is not complete yet: give the command again with the other --variants to finish it")
+        return results
     table = table_of({"results": results})
     print(table)
     write_json(out, {"data": str(data), "budget_min": args.budget_min, "results": results, "beside": args.beside,

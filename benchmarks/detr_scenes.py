@@ -55,15 +55,33 @@ def ensure_scenes(folder: Path, quick: bool) -> Path:
 
 
 # ---- DETR: the command line's engine ----------------------------------------------------------------------------
-def run_detr(data: Path, epochs: int, options: dict, run_dir: str | None, already_spent_s: float = 0.0,
-             model: str = "detr_small") -> dict:
-    """A `vitlab train --task detection` run of `model`, its val AP after every epoch against training time."""
+def finished(run: Path) -> bool:
+    """Whether the run in this folder trained to its end and scored its test split."""
     from vitlab.engine.run import read_metrics
-    from vitlab.tasks import train
+
+    if not (run / "metrics.jsonl").is_file():
+        return False
+    rows = read_metrics(run)
+    return bool(rows) and any(key.startswith("test_") for key in rows[-1])
+
+
+def run_detr(data: Path, epochs: int, options: dict, run_dir: str | None, already_spent_s: float = 0.0,
+             model: str = "detr_small", continue_run: bool = False) -> dict:
+    """A `vitlab train --task detection` run of `model`, its val AP after every epoch against training time. With
+    `continue_run`, a run already in `run_dir` is read if it finished and resumed from its last checkpoint if it
+    stopped (a benchmark that is killed loses at most an epoch); otherwise the folder is started over."""
+    from vitlab.engine.run import read_metrics
+    from vitlab.tasks import resume, train
 
     with tempfile.TemporaryDirectory() as root:
         run = Path(run_dir) if run_dir else Path(root) / "detr"
-        train("detection", out=str(run), overwrite=True, data=str(data), model=model, epochs=epochs, **options)
+        if continue_run and finished(run):
+            print(f"{run}: finished earlier, read as it is")
+        elif continue_run and (run / "config.json").is_file():
+            print(f"{run}: continuing the stopped run from its last checkpoint")
+            resume(str(run))
+        else:
+            train("detection", out=str(run), overwrite=True, data=str(data), model=model, epochs=epochs, **options)
         *rows, test = read_metrics(run)
     curve, spent = [], already_spent_s
     for row in rows:  # validation figures: the val scenes select; the test scenes are scored once, in `test`

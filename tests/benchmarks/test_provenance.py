@@ -30,7 +30,8 @@ def _where(record: dict, beside_from: dict | None = None) -> list[str]:
 
 def _per_run(record: dict) -> list[str] | None:
     """None where `record` keeps no runs; else what its runs lack: each run in "results" (and each pretraining)
-    records its own provenance, inline (denoising_detection) or as a "provenance" block (setr_pretraining)."""
+    records its own provenance, inline (denoising_detection: the pair's, or each of its two runs') or as a
+    "provenance" block (setr_pretraining)."""
     runs = {f"results.{key}": run for key, run in (record.get("results") or {}).items()} if isinstance(
         record.get("results"), dict) else {}
     if not runs or not all(isinstance(run, dict) for run in runs.values()):
@@ -39,6 +40,9 @@ def _per_run(record: dict) -> list[str] | None:
     problems = []
     for name, run in runs.items():
         lacks = _where(run["provenance"]) if "provenance" in run else _where(run, record)
+        halves = [part for part in run.values() if isinstance(part, dict) and "curve" in part]
+        if lacks and halves:  # a pair whose runs may span sessions: each of its runs records its own
+            lacks = sorted({item for part in halves for item in _where(part, record)})
         problems += [f"{name} lacks {', '.join(lacks)}"] if lacks else []
     return problems
 

@@ -133,12 +133,19 @@ def test_denoising_benchmark_compares_at_equal_minutes():
 def test_denoising_benchmark_runs_each_detector_with_and_without(tmp_path):
     data = _tiny_scenes(tmp_path)
     out = tmp_path / "denoising_detection.json"
-    _load_script("denoising_detection").main(["--quick", "--data", str(data), "--out", str(out), "--dn-groups", "2"])
+    script, runs = _load_script("denoising_detection"), tmp_path / "runs"
+    common = ["--quick", "--data", str(data), "--out", str(out), "--dn-groups", "2", "--runs", str(runs)]
+    # a pair made in two sittings: the runs without denoising first (saved as each ends), then the others
+    script.main([*common, "--variants", "plain"])
+    half = json.loads(out.read_text())
+    assert all(set(pair) == {"plain"} for pair in half["results"].values()) and not out.with_suffix(".md").exists()
+    script.main([*common, "--variants", "denoising"])
     result = json.loads(out.read_text())
     assert list(result["results"]) == ["detr_small", "deformable_detr_small"]
-    for pair in result["results"].values():
+    for model, pair in result["results"].items():
+        assert pair["plain"] == half["results"][model]["plain"], "the finished half was read again, not retrained"
         assert pair["plain"]["options"].get("dn_groups", 0) == 0 and pair["denoising"]["options"]["dn_groups"] == 2
-        assert pair["commit"] and pair["machine"]["cpu_capability"]
+        assert all(pair[v]["commit"] and pair[v]["machine"]["cpu_capability"] for v in ("plain", "denoising"))
         assert len(pair["comparison"]["rows"]) == len(pair["denoising"]["curve"])
     assert out.with_suffix(".md").read_text().strip() == result["table"] and out.with_suffix(".png").is_file()
 
