@@ -179,15 +179,26 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.is_file() else {}
     results: dict[str, dict] = dict(previous.get("results", {}))
+    # halves of pairs not finished yet: "results" keeps the last complete pair of each model (the one the pages
+    # show) until its successor is complete
+    pending: dict[str, dict] = dict(previous.get("pending", {}))
     options = {"batch_size": args.batch_size, "lr": args.lr, "backbone_lr": args.lr, "dropout": 0.0}
     if args.quick:
         options.update(eval_batch_size=8, num_queries=8)
     denoise = {"dn_groups": args.dn_groups, "dn_box_noise": 0.4, "dn_label_noise": 0.2}
+
+    def save() -> None:
+        record = {"data": str(data), "budget_min": args.budget_min, "results": results, "beside": args.beside}
+        if pending:
+            record["pending"] = pending
+        if "table" in previous:
+            record["table"] = previous["table"]
+        write_json(out, record, beside=args.beside)
+
     for model in args.models:
         epochs = 1 if args.quick else args.epochs or EPOCHS[model]
-        # a run's own provenance travels with it; the pair-level one of the first pairs described both runs
-        pair = {v: run for v, run in results.get(model, {}).items() if v in VARIANTS}
-        if any(pair.get(v, {}).get("options", {}).get("epochs") not in (None, epochs) for v in VARIANTS):
+        pair = dict(pending.get(model, {}))
+        if any(run["options"]["epochs"] != epochs for run in pair.values()):
             pair = {}  # a pair compares runs of one length: an earlier run of another length is not its half
         for variant in args.variants:
             folder = Path(args.runs) / f"{model}-{variant}"
@@ -196,22 +207,22 @@ def main(argv: list[str] | None = None) -> dict:
                 continue
             run_options = {**options, **denoise} if variant == "denoising" else options
             run = run_detr(data, epochs, run_options, str(folder), model=model, continue_run=True)
-            pair[variant] = {**run, **provenance(beside=args.beside)}
-            pair.pop("comparison", None)
-            if all(v in pair for v in VARIANTS):
-                pair["comparison"] = compare(pair["plain"], pair["denoising"], model, args.budget_min)
-            results[model] = pair
-            write_json(out, {"data": str(data), "budget_min": args.budget_min, "results": results,
-                             "beside": args.beside}, beside=args.beside)
+            pair[variant] = {**run, **provenance(beside=args.beside)}  # each run its own: a pair may span sessions
+            pending[model] = pair
+            save()
             print(f"{model} {variant}: saved into {out}")
+        if all(v in pair for v in VARIANTS):
+            results[model] = {**pair, "comparison": compare(pair["plain"], pair["denoising"], model, args.budget_min)}
+            pending.pop(model, None)
     results = {model: results[model] for model in MODELS if model in results}
-    if not all("comparison" in results.get(model, {}) for model in args.models):
+    if any(model in pending for model in args.models):
+        save()
         print("a pair is not complete yet: give the command again with the other --variants to finish it")
         return results
     table = table_of({"results": results})
     print(table)
-    write_json(out, {"data": str(data), "budget_min": args.budget_min, "results": results, "beside": args.beside,
-                     "table": table}, beside=args.beside)
+    previous["table"] = table
+    save()
     out.with_suffix(".md").write_text(table + "\n")
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}")
