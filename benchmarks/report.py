@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as `python benchmarks/report.py`: the repository root makes `vitlab` importable
 RESULTS = ROOT / "benchmarks" / "results"
 BLOCK = re.compile(r"(<!-- report: (\w+)((?: [^\s>]+)*) -->\n)(.*?)(<!-- /report -->)", re.S)
-VALUE = re.compile(r"(<!-- value: (.+?) -->)(.*?)(<!-- /value -->)", re.S)
+VALUE = re.compile(r"(?<!`)(<!-- value: (.+?) -->)(.*?)(<!-- /value -->)", re.S)  # `quoted` in a code span: not one
 QUOTED = re.compile(r"(<!-- results: (\S+) -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
