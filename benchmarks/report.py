@@ -225,6 +225,8 @@ def _select(items: list, selector: str, every: bool, where: str) -> object:
     if re.fullmatch(r"(max|min)=\w+", selector):
         which, key = selector.split("=")
         return (max if which == "max" else min)(items, key=lambda item: item[key])
+    if not all("=" in part for part in selector.split(",")):
+        raise KeyError(f"{where}: [{selector}] is not a selector (*, an index, max=KEY, min=KEY or KEY=VALUE,...)")
     wanted = dict(part.split("=", 1) for part in selector.split(","))
     found = [item for item in items if all(str(item.get(k)) == v for k, v in wanted.items())]
     if not found:

@@ -93,7 +93,7 @@ def test_a_value_marker_reads_its_number_from_the_results_file(tmp_path, monkeyp
     assert report.value("toy | rows[1].ratio - rows[2].ratio | {:+.1f}") == "+1.5"
     assert report.value("toy | rows[1].ratio / rows[2].ratio | {:.0f}×") == "3×"
     for bad in ("toy | rows[model=c].ratio", "toy | rows[*].ratio", "toy | final.loss", "toy | final[0]",
-                "nothing | final.acc", "toy"):
+                "toy | rows[a]", "nothing | final.acc", "toy"):
         with pytest.raises((KeyError, ValueError, FileNotFoundError)):
             report.value(bad)
 
