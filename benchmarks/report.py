@@ -297,30 +297,27 @@ def _harness_report(record: dict) -> str:
     return report(record)
 
 
+def _rendered_by(script: str, function: str = "table_of", part: str | None = None) -> Callable[[dict], str]:
+    """The renderer a benchmark script wrote its table with, applied to the record (or to its `part`)."""
+    return lambda record: getattr(_script(script), function)(record[part] if part else record)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {
-    "ipt_restoration": lambda record: _script("ipt_restoration").markdown(record),
-    "denoising_detection": lambda record: _script("denoising_detection").table_of(record),
-    "setr_pretraining": lambda record: _script("setr_pretraining").table_of(record),
-    "seq2seq_tasks": lambda record: _script("seq2seq_tasks").table_of(record),
     "speed": _harness_report,
-    "detr_scenes": lambda record: _script("detr_scenes").table_of(record),
-    "detr_speed": lambda record: _script("detr_speed").table_of(record),
-    "deformable_detr_speed": lambda record: _script("detr_speed").table_of(record),
-    "deform_attn_speed": lambda record: _script("deform_attn_speed").table_of(record),
-    "setr_speed": lambda record: _script("setr_speed").table_of(record),
-    "vqgan_speed": lambda record: _script("vqgan_speed").table_of(record),
-    "randaugment": lambda record: _script("randaugment").markdown(record),
-    "serve_load": lambda record: _script("serve_load").markdown(record),
-    "fashion_mnist_recipe": lambda record: _script("fashion_mnist_recipe").table_of(record),
-    "ddp_speedup": lambda record: _script("ddp_speedup").table_of(record),
-    "deit_distillation": lambda record: _script("deit_distillation").table_of(record),
-    "vqgan_fashion_mnist": lambda record: _script("vqgan_fashion_mnist").table_of(record),
-    "setr_memory": lambda record: _script("setr_memory").by_decoder(record),
-    "setr_scenes": lambda record: _script("setr_scenes").markdown(record["results"]),
-    "deformable_detr_scenes": lambda record: _script("deformable_detr_scenes").markdown(record["results"]),
-    "ipt_speed": lambda record: _script("ipt_speed").markdown(record["rows"]),
-    **{f"transfer_{system}": lambda record: _script("transfer").report(record)
-       for system in ("detection", "segmentation", "classification")},
+    "ipt_restoration": _rendered_by("ipt_restoration", "markdown"),
+    "randaugment": _rendered_by("randaugment", "markdown"),
+    "serve_load": _rendered_by("serve_load", "markdown"),
+    "setr_memory": _rendered_by("setr_memory", "by_decoder"),
+    "setr_scenes": _rendered_by("setr_scenes", "markdown", "results"),
+    "deformable_detr_scenes": _rendered_by("deformable_detr_scenes", "markdown", "results"),
+    "ipt_speed": _rendered_by("ipt_speed", "markdown", "rows"),
+    "deformable_detr_speed": _rendered_by("detr_speed"),
+    **{name: _rendered_by(name) for name in (
+        "denoising_detection", "setr_pretraining", "seq2seq_tasks", "detr_scenes", "detr_speed", "deform_attn_speed",
+        "setr_speed", "vqgan_speed", "fashion_mnist_recipe", "ddp_speedup", "deit_distillation",
+        "vqgan_fashion_mnist")},
+    **{f"transfer_{system}": _rendered_by("transfer", "report") for system in ("detection", "segmentation",
+                                                                                "classification")},
 }
 
 
