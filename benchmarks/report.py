@@ -98,7 +98,7 @@ def _detr() -> tuple[str, str]:
     best = _best(result["denoising"]["curve"], "map_50")
     return (f"scenes AP50 {best['map_50']:.3f} after {best['train_min']:.0f} min with denoising queries (test "
             f"{result['denoising']['test']['map_50']:.3f}; [denoising_detection]"
-            f"(benchmarks/results/denoising_detection.json); {_isa(result)})", _reported("detr_resnet50.coco"))
+            f"(benchmarks/results/denoising_detection.json); {_isa(result['denoising'])})", _reported("detr_resnet50.coco"))
 
 
 def _deformable() -> tuple[str, str]:
@@ -212,7 +212,7 @@ BLOCKS: dict[str, Callable[..., str]] = {"systems": systems, "runtime_ratios": r
 STEP = re.compile(r"(@\w+)|([^.\[\]@]+)|\[([^\]]*)\](\*?)")
 REDUCE: dict[str, Callable[[list], object]] = {
     "@min": min, "@max": max, "@sum": sum, "@len": len, "@mean": lambda xs: sum(xs) / len(xs),
-    "@first": lambda xs: xs[0], "@last": lambda xs: xs[-1]}
+    "@first": lambda xs: xs[0], "@last": lambda xs: xs[-1]}  # over the values that are not None (a table's "—")
 
 
 def _select(items: list, selector: str, every: bool, where: str) -> object:
@@ -241,7 +241,7 @@ def lookup(record: dict, path: str, where: str = "") -> object:
         if reduce:
             if not many or reduce not in REDUCE:
                 raise KeyError(f"{where}: {reduce} needs a list made by `[...]*` (and is one of {', '.join(REDUCE)})")
-            values, many = [REDUCE[reduce](values)], False
+            values, many = [REDUCE[reduce]([value for value in values if value is not None])], False
         elif key:
             missing = [value for value in values if not isinstance(value, dict) or key not in value]
             if missing:
