@@ -98,7 +98,8 @@ def _detr() -> tuple[str, str]:
     best = _best(result["denoising"]["curve"], "map_50")
     return (f"scenes AP50 {best['map_50']:.3f} after {best['train_min']:.0f} min with denoising queries (test "
             f"{result['denoising']['test']['map_50']:.3f}; [denoising_detection]"
-            f"(benchmarks/results/denoising_detection.json); {_isa(result['denoising'])})", _reported("detr_resnet50.coco"))
+            f"(benchmarks/results/denoising_detection.json); {_isa(result['denoising'])})",
+            _reported("detr_resnet50.coco"))
 
 
 def _deformable() -> tuple[str, str]:

@@ -4,6 +4,7 @@ torch.compile, Hugging Face ViTForImageClassification eager, and Hugging Face op
     python benchmarks/runtimes.py                          # the default set below (~40 min on 2 cores)
     python benchmarks/runtimes.py --quick                  # a smoke run: two tiny models, one round
     python benchmarks/runtimes.py --optimum-site DIR       # also optimum-onnx, installed apart (see below)
+    python benchmarks/runtimes.py --int8 --no-compile --no-bf16 --models vit_small_patch16_224 --tag runtimes-int8
 
 Contenders run interleaved in one process, in rotated rounds (each goes first once); a row's images/s is the
 median over rounds of its median call, its spread the range over rounds, its ratio to timm the median of the
@@ -60,7 +61,8 @@ class Contender:
     reference: bool = False  # compare its output with vitlab torch's (same weights)
 
 
-def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = True) -> list[Contender]:
+def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = True, int8: bool = False
+               ) -> list[Contender]:
     import torch
 
     from vitlab import runtime
@@ -71,6 +73,18 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
             return lambda x: _first(engine(x))
         return make
 
+    def quantized(backend: str):
+        def make():  # calibrated as `vitlab quantize` does, on random images (what is timed is the same graph)
+            from vitlab.runtime.quantize import calibration_recorder
+
+            recorder = calibration_recorder(model, 32)
+            shape = case.shape or (model.config.in_chans, *model.patch_embed.img_size)
+            with torch.inference_mode():
+                recorder.as_model()(torch.randn(32, *shape))
+            engine, _ = recorder.write_int8(backend)
+            return lambda x: _first(engine(x))
+        return make
+
     rows = [Contender("vitlab torch", on("torch"), True)]
     rows += [Contender("vitlab compile", on("compile"), True)] if compile else []
     rows += [Contender("vitlab onnxruntime", on("onnxruntime"), True),
@@ -78,6 +92,10 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
     if bf16:
         rows += [Contender("vitlab torch bf16", on("torch", "bf16"), True),
                  Contender("vitlab openvino bf16", on("openvino", "bf16"), True)]
+    if int8:
+        rows += [Contender("vitlab onnxruntime int8", quantized("onnxruntime"), True)]
+        if "openvino" not in getattr(model.config, "wrong_on", {}):
+            rows += [Contender("vitlab openvino int8", quantized("openvino"), True)]
     if not case.name.startswith("vit_"):
         return rows
 
@@ -129,9 +147,32 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
                                                            provider="CPUExecutionProvider")
         return lambda x: m(pixel_values=x).logits
 
+    def optimum_int8():
+        """optimum's documented CPU recipe: dynamic quantization, per tensor, for the machine's ISA."""
+        import onnxruntime as ort
+        from optimum.onnxruntime import ORTModelForImageClassification, ORTQuantizer
+        from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+        from benchmarks.harness.workloads import build
+        from vitlab.runtime.backends import usable_cores
+        from vitlab.runtime.quantize import cpu_int8_isa
+
+        folder = Path(tempfile.mkdtemp(prefix="optimum-"))
+        build("hf", case.name).inner.save_pretrained(folder / "hf")
+        ORTModelForImageClassification.from_pretrained(folder / "hf", export=True).save_pretrained(folder / "onnx")
+        recipe = AutoQuantizationConfig.avx512_vnni if cpu_int8_isa() != "none" else AutoQuantizationConfig.avx2
+        ORTQuantizer.from_pretrained(folder / "onnx").quantize(
+            save_dir=folder / "int8", quantization_config=recipe(is_static=False, per_channel=False))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = usable_cores(), 1
+        m = ORTModelForImageClassification.from_pretrained(folder / "int8", file_name="model_quantized.onnx",
+                                                           session_options=options, provider="CPUExecutionProvider")
+        return lambda x: m(pixel_values=x).logits
+
     rows = [Contender("timm eager", timm_eager, True)] \
         + ([Contender("timm compile", timm_compiled, True)] if compile else []) + [Contender("hf eager", hf_eager)] \
-        + ([Contender("optimum onnxruntime", optimum_ort)] if optimum else []) + rows
+        + ([Contender("optimum onnxruntime", optimum_ort)] if optimum else []) \
+        + ([Contender("optimum onnxruntime int8", optimum_int8)] if optimum and int8 else []) + rows
     if bf16:
         rows.append(Contender("timm bf16 autocast", timm_bf16, True))
     return rows
@@ -142,7 +183,7 @@ def _first(out: Any) -> Any:
 
 
 def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = True, progress=print,
-            target_s: float = 2.0) -> list[dict]:
+            target_s: float = 2.0, int8: bool = False, bf16: bool = True) -> list[dict]:
     """`calls` timed calls per row per round; 0: as many as fill `target_s` (1 to 20, from a warm call)."""
     import torch
 
@@ -154,7 +195,7 @@ def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = 
     model = create_model(case.name).eval()
     shape = case.shape or (model.config.in_chans, *model.patch_embed.img_size)
     x = torch.rand(case.batch, *shape) if case.name.startswith("ipt") else torch.randn(case.batch, *shape)
-    entries = contenders(case, model, bf16_supported("cpu"), optimum, compile)
+    entries = contenders(case, model, bf16 and bf16_supported("cpu"), optimum, compile, int8)
     fns, rows = {}, {}
     with torch.inference_mode():
         expected = _first(model(x))
@@ -243,6 +284,14 @@ def verdict(rows: list[dict]) -> list[str]:
                       if optimum else ", optimum not measured")
             lines.append(f"- {name} batch {batch}: best fp32 vitlab runtime **{best['label']}** "
                          f"{best['ratio_to_base']:.2f}× timm eager{versus} (max |Δ| {best['max_abs_diff']:.1e})")
+            int8 = [r for r in here if r["label"].startswith("vitlab") and r["label"].endswith("int8")]
+            if int8:
+                best8 = max(int8, key=lambda r: r["ratio_to_base"])
+                anchor = next((r for r in here if r["label"] == "optimum onnxruntime int8"), None)
+                versus = (f", {best8['images_per_s'] / anchor['images_per_s']:.2f}× optimum onnxruntime int8"
+                          if anchor else ", optimum int8 not measured")
+                lines.append(f"- {name} batch {batch}: best int8 vitlab runtime **{best8['label']}** "
+                             f"{best8['ratio_to_base']:.2f}× timm eager{versus}")
     return lines
 
 
@@ -256,6 +305,9 @@ def main(argv: list[str] | None = None) -> dict:
                         "for about 2 s, 1 to 20)")
     parser.add_argument("--optimum-site", type=Path, help="a folder with optimum-onnx and its transformers "
                         "installed (pip install --target); put ahead of the environment's own packages")
+    parser.add_argument("--int8", action="store_true", help="add vitlab's int8 graphs (onnxruntime, openvino; "
+                        "calibrated on random images) and, with --optimum-site, optimum's int8 recipe")
+    parser.add_argument("--no-bf16", dest="bf16", action="store_false", help="leave out the bf16 rows")
     parser.add_argument("--tag", default="runtimes", help="name of the result files (default: runtimes)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     from benchmarks.harness.host import add_beside_option, machine  # imports no transformers (--optimum-site)
@@ -286,7 +338,8 @@ def main(argv: list[str] | None = None) -> dict:
     rounds, calls = (1, 1) if args.quick else (args.rounds, args.calls)
     rows: list[dict] = []
     for case in cases:
-        rows += measure(case, rounds, calls, optimum, args.compile and not args.quick)
+        rows += measure(case, rounds, calls, optimum, args.compile and not args.quick, int8=args.int8,
+                        bf16=args.bf16)
     host = machine()
     for package in ("onnxruntime", "openvino", "optimum-onnx"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):

@@ -20,6 +20,7 @@ from . import (
     models_cmd,
     photos_cmd,
     predict,
+    quantize_cmd,
     restore_cmd,
     scenes_cmd,
     seq2seq_cmd,
@@ -27,8 +28,9 @@ from . import (
     train,
 )
 
-COMMANDS = [train, evaluate_cmd, predict, attention_cmd, check_data_cmd, convert_cmd, export_cmd, bench_cmd, models_cmd,
-            download_cmd, demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
+COMMANDS = [train, evaluate_cmd, predict, attention_cmd, check_data_cmd, convert_cmd, export_cmd, quantize_cmd,
+            bench_cmd, models_cmd, download_cmd, demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd,
+            serve_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

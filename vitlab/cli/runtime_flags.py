@@ -15,8 +15,10 @@ def add_runtime_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
     p.add_argument("--runtime", choices=RUNTIMES, default="torch", help="run the model on torch (eager), "
                    "onnxruntime or openvino (the extras vitlab[onnx], vitlab[openvino]; the graph is exported to "
                    "RUN_DIR/runtime/ on first use), or under torch.compile (default: torch)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16 where the CPU has native "
-                   "bf16: torch autocast, OpenVINO's bf16 inference precision (default: fp32)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32", help="bf16 where the CPU has "
+                   "native bf16: torch autocast, OpenVINO's bf16 inference precision; int8 on onnxruntime or openvino: "
+                   "the graphs `vitlab quantize RUN_DIR` calibrated (onnxruntime without them: quantized dynamically) "
+                   "(default: fp32)")
     p.add_argument("--threads", type=int, help="intra-op threads of the runtime (default: one per usable core)")
 
 

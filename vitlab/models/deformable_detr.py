@@ -331,6 +331,12 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
                 note="sha256 from a third-party audit (LibreYOLO), not seen on the Hugging Face page; the official "
                      "file is Google Drive 15I03A7hNTpwuLNdfuEmW9_taZMNVssEp, which needs a browser"),
     )}
+    int8_fp32: ClassVar[dict[str, str]] = {
+        "*.sampling_offsets": "where each query samples the feature maps: an error here moves the sampling point",
+        "*.attention_weights": "the sampling points' weights, through a softmax",
+        "bbox_embed*": "the box head: its output, through a sigmoid, is the box (and the next layer's reference)",
+        "reference_points": "the queries' reference points, which every sampling offset is added to",
+    }
     wrong_on: ClassVar[dict[str, str]] = {
         "openvino": "OpenVINO 2026.4's CPU plugin computes multi-scale deformable attention wrongly (logits off by "
                     "2.3 from torch's at 96×128, NaN at 128×96, whether converted from torch or from ONNX); run it "

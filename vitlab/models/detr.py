@@ -271,6 +271,9 @@ class SetPrediction:
 @dataclass(frozen=True)
 class DETRConfig(SetPrediction, ModelFamily):
     family: ClassVar[str] = "detr"
+    int8_fp32: ClassVar[dict[str, str]] = {
+        "bbox_embed.*": "the box head: its output, through a sigmoid, is the box; a step of its scale moves edges",
+    }
     # Facebook's DETR-R50 and DETR-R101: the original files (a name holds the first 8 hex digits of the file's
     # sha256, which torch.hub checks; facebookresearch/detr's hubconf.py loads them with check_hash=True) and the
     # Hugging Face copies (transformers' key names, timm's ResNet). The figure: box AP on COCO val2017, from DETR's

@@ -107,6 +107,10 @@ class EDSR(nn.Module):
 @dataclass(frozen=True)
 class EDSRConfig(ModelFamily):
     family: ClassVar[str] = "edsr"
+    int8_fp32: ClassVar[dict[str, str]] = {
+        "tail.*": "the last convolutions write every output pixel: PSNR reads their rounding directly",
+    }
+    int8_transformer: ClassVar[bool] = False
     tasks: ClassVar[tuple[str, ...]] = ("restoration",)
     title: ClassVar[str] = "EDSR"
     description: ClassVar[str] = ("EDSR (Lim et al., CVPRW 2017): the residual convnet baseline of image "

@@ -11,6 +11,9 @@ A family is one file in `models/`: its config dataclass (decorated with `@regist
     summary()       the sizes `vitlab models` and `vitlab convert` print (image, patch, dim, depth, heads, classes)
     not_exportable  why its model cannot be one tensors-in, tensors-out graph (None: it can)
     wrong_on        runtime backends measured to compute it wrongly, with why
+    int8_fp32       module paths (fnmatch patterns) its int8 graphs keep in fp32, with why (runtime/quantize.py)
+    int8_transformer  whether its graph is attention blocks (OpenVINO's quantizer then keeps their non-linear
+                    parts in fp32 and smooths the activations' outliers into the weights)
     pack_outputs()  a graph's outputs back into what the model returns (a tensor, or its output dataclass)
     releases        its released checkpoints by tag (filled by the families that have them)
 
@@ -89,6 +92,8 @@ class ModelFamily:
     tasks: ClassVar[tuple[str, ...]] = ()  # the kinds of training that train it ("classification", ...)
     not_exportable: ClassVar[str | None] = None
     wrong_on: ClassVar[dict[str, str]] = {}
+    int8_fp32: ClassVar[dict[str, str]] = {}
+    int8_transformer: ClassVar[bool] = True
     releases: ClassVar[dict[str, Release]] = {}
 
     def summary(self) -> dict[str, Any]:

@@ -281,6 +281,9 @@ def _drive(tag: str, filename: str, metric: dict[str, float], dataset: str, over
 @dataclass(frozen=True)
 class IPTConfig(ModelFamily):
     family: ClassVar[str] = "ipt"
+    int8_fp32: ClassVar[dict[str, str]] = {
+        "tail.*": "the last convolutions write every output pixel: PSNR reads their rounding directly",
+    }
     tasks: ClassVar[tuple[str, ...]] = ("restoration",)
     title: ClassVar[str] = "IPT"
     description: ClassVar[str] = ("IPT (Chen et al., CVPR 2021): per-task convolutional heads and tails around one "

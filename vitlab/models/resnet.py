@@ -24,6 +24,7 @@ from .registry import register_config, register_model
 @dataclass(frozen=True)
 class ResNetConfig(ModelFamily):
     family: ClassVar[str] = "resnet"
+    int8_transformer: ClassVar[bool] = False
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
     title: ClassVar[str] = "ResNet"
     description: ClassVar[str] = "ResNet (He et al., CVPR 2016): the convolutional baseline and teacher"

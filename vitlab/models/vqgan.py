@@ -240,6 +240,9 @@ class VQGAN(nn.Module):
 @dataclass(frozen=True)
 class VQGANConfig(ModelFamily):
     family: ClassVar[str] = "vqgan"
+    int8_fp32: ClassVar[dict[str, str]] = {
+        "decoder.conv_out": "the last convolution writes every output pixel: PSNR reads its rounding directly",
+    }
     tasks: ClassVar[tuple[str, ...]] = ("vqgan",)
     title: ClassVar[str] = "VQGAN"
     description: ClassVar[str] = ("VQGAN (Esser et al., CVPR 2021): a convolutional autoencoder with a learned "

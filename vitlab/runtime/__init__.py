@@ -122,6 +122,8 @@ class Runtime:
         return engine
 
     def _build(self, graph: Graph, key: tuple) -> Any:
+        if self.precision == "int8":
+            return self._int8_engine(graph, key)
         if self.backend in ("torch", "compile"):
             return TorchBackend(graph.module, self.settings, self.precision, compile=self.backend == "compile")
         if self.backend == "openvino":
@@ -134,7 +136,42 @@ class Runtime:
             export_graph(graph, path, "onnx")
         return OnnxRuntimeBackend(str(path), self.settings, self.precision)
 
-    def _cache_path(self, key: tuple) -> Path:
+    def _fp32_onnx(self, graph: Graph, key: tuple) -> Path:
+        """The graph's fp32 ONNX file in the cache, exported if not there yet."""
+        path = self._cache_path(key)
+        if path.is_file():  # its record says which axes stayed free
+            graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
+        else:
+            export_graph(graph, path, "onnx")
+        return path
+
+    def int8_path(self, key: tuple) -> Path:
+        """Where the int8 graph of `key` is kept: beside the fp32 one, `-int8.onnx` (onnxruntime) or `-int8.xml`."""
+        return self._cache_path(key, "-int8.onnx" if self.backend == "onnxruntime" else "-int8.xml")
+
+    def _int8_engine(self, graph: Graph, key: tuple) -> Any:
+        """The int8 graph `vitlab quantize` wrote for `key` (calibrated on the run's data); where there is none,
+        onnxruntime quantizes the graph dynamically (activations scaled per call), OpenVINO cannot."""
+        from .quantize import quantize_graph
+
+        path = self.int8_path(key)
+        if not path.is_file():
+            if self.backend == "openvino":
+                raise ValueError(f"no int8 graph at {path}: OpenVINO quantizes with calibration data only; run "
+                                 f"`vitlab quantize RUN_DIR --backend openvino --weights WEIGHTS` first (it "
+                                 f"calibrates on the run's validation data), or use --runtime onnxruntime")
+            import sys
+
+            print(f"runtime: no calibrated int8 graph at {path}; quantizing dynamically (`vitlab quantize RUN_DIR "
+                  f"--weights WEIGHTS` calibrates one on the run's validation data, for the weights in use)",
+                  file=sys.stderr)
+            quantize_graph(graph, path, "onnxruntime", None, fp32_onnx=self._fp32_onnx(graph, key))
+        graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
+        if self.backend == "onnxruntime":
+            return OnnxRuntimeBackend(str(path), self.settings, "int8")
+        return OpenVinoBackend(str(path), self.settings, "int8")
+
+    def _cache_path(self, key: tuple, suffix: str = ".onnx") -> Path:
         index, fixed = key
         parts = [self.cache_name] + ([f"task{index}"] if index is not None else [])
         parts += ["x".join(map(str, shape)) for shape in fixed if shape]
@@ -142,7 +179,7 @@ class Runtime:
             import tempfile
 
             self.cache_dir = Path(tempfile.mkdtemp(prefix="vitlab-runtime-"))
-        return self.cache_dir / ("-".join(parts) + ".onnx")
+        return self.cache_dir / ("-".join(parts) + suffix)
 
     # -- the torch model with its graph's method on this runtime -------------------------------------------------
     def as_model(self) -> RuntimeModule:
@@ -187,6 +224,9 @@ def _check(backend: str, precision: str) -> None:
         from ..engine.speed import check_bf16
 
         check_bf16("cpu")
+    if precision == "int8" and backend not in ("onnxruntime", "openvino"):
+        raise ValueError(f"int8 runs on onnxruntime or openvino (their integer kernels), not {backend}; use "
+                         f"--runtime onnxruntime or --runtime openvino")
     if backend in ("onnxruntime", "openvino"):
         require(backend, f"the {backend} runtime")
 
@@ -203,22 +243,24 @@ def runtime_model(model: nn.Module, backend: str = "torch", precision: str = "fp
 
 
 def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str = "last",
-         precision: str = "fp32", threads: int | None = None) -> Runtime:
-    """A run folder, a vitlab .safetensors file, a vitlab model, or a file from `vitlab export` (.onnx, .xml, .pt2)
-    on `backend` (default: torch; for an exported file, the runtime it was written for)."""
+         precision: str | None = None, threads: int | None = None) -> Runtime:
+    """A run folder, a vitlab .safetensors file, a vitlab model, or a file from `vitlab export` or `vitlab quantize`
+    (.onnx, .xml, .pt2) on `backend` (default: torch; for an exported file, the runtime it was written for).
+    `precision`: fp32 (default), bf16, or int8 (a run's graphs from `vitlab quantize`, on onnxruntime or
+    openvino); an exported file runs in the precision it was written in."""
     if isinstance(run_or_file, nn.Module):
-        return runtime_model(run_or_file, backend or "torch", precision, threads)
+        return runtime_model(run_or_file, backend or "torch", precision or "fp32", threads)
     path = Path(run_or_file)
     if path.is_dir():
         from ..engine.run import RunDir
 
         model = RunDir(path).load_model(weights)
         cache_dir, cache_name = run_cache(path, weights)
-        return runtime_model(model, backend or "torch", precision, threads, cache_dir, cache_name)
+        return runtime_model(model, backend or "torch", precision or "fp32", threads, cache_dir, cache_name)
     if path.suffix == ".safetensors":
         from ..checkpoint import load_model
 
-        return runtime_model(load_model(path).eval(), backend or "torch", precision, threads)
+        return runtime_model(load_model(path).eval(), backend or "torch", precision or "fp32", threads)
     if path.suffix not in FILE_BACKENDS:
         raise ValueError(f"{path}: expected a run folder, a .safetensors file, or a file from `vitlab export` "
                          f"({', '.join(FILE_BACKENDS)})")
@@ -226,8 +268,13 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     if backend not in FILE_BACKENDS[path.suffix]:
         raise ValueError(f"a {path.suffix} file runs on {' or '.join(FILE_BACKENDS[path.suffix])}, not {backend}; "
                          f"export the run in another format (`vitlab export RUN --format ...`) or load the run")
-    _check(backend, precision)
     record = read_metadata(path)
+    written = record.get("int8", {}).get("precision", "fp32")
+    if precision is not None and (precision == "int8") != (written == "int8"):
+        raise ValueError(f"{path} holds an {written} graph, not {precision}; load it without --precision, or make "
+                         f"an int8 one with `vitlab quantize`")
+    precision = precision or written
+    _check(backend, precision)
     settings = cpu_settings(threads, backend)
     if backend == "onnxruntime":
         engine = OnnxRuntimeBackend(str(path), settings, precision)

@@ -25,7 +25,7 @@ from torch import nn
 from .export import require
 
 BACKENDS = ("torch", "onnxruntime", "openvino", "compile")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "int8")  # int8: a quantized graph (quantize.py), on onnxruntime or openvino
 
 
 @dataclass(frozen=True)
@@ -155,14 +155,15 @@ def free_batch(x: torch.Tensor) -> torch.Tensor:
 
 
 class OnnxRuntimeBackend:
-    """An ONNX file in an onnxruntime CPU session: all graph optimisations, sequential execution."""
+    """An ONNX file in an onnxruntime CPU session: all graph optimisations, sequential execution. An int8 file
+    (quantize.py) runs as it is: the session fuses its quantize/dequantize pairs into integer kernels."""
 
     name = "onnxruntime"
 
     def __init__(self, path: str, settings: CpuSettings, precision: str = "fp32") -> None:
         ort = require("onnxruntime", "the onnxruntime backend")
-        if precision != "fp32":
-            raise ValueError("the onnxruntime backend runs fp32 only (its CPU kernels have no bf16 attention); "
+        if precision == "bf16":
+            raise ValueError("the onnxruntime backend runs fp32 or int8 (its CPU kernels have no bf16 attention); "
                              "use --runtime openvino or torch for bf16")
         options = ort.SessionOptions()
         options.intra_op_num_threads = settings.threads
@@ -194,6 +195,7 @@ class OpenVinoBackend:
             model = core.read_model(str(model))
         config = {"INFERENCE_NUM_THREADS": settings.threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
                   "ENABLE_CPU_PINNING": settings.pinned,
+                  # an int8 model's quantized ops run in int8 whatever the hint; the rest in fp32
                   "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
         self.compiled = core.compile_model(model, "CPU", config)
         self._local = threading.local()  # an infer request serves one thread at a time (serve's workers)

@@ -24,7 +24,8 @@ from torch import nn
 from .graphs import ExportError, Graph, graph_for
 
 FORMATS = {"onnx": ".onnx", "openvino": ".xml", "exported-program": ".pt2"}
-EXTRA_OF = {"onnx": "onnx", "onnxscript": "onnx", "onnxruntime": "onnx", "openvino": "openvino"}
+EXTRA_OF = {"onnx": "onnx", "onnxscript": "onnx", "onnxruntime": "onnx", "openvino": "openvino",
+            "nncf": "int8"}
 
 
 class MissingExtra(ImportError, ValueError):
@@ -150,11 +151,18 @@ def _write_openvino(graph: Graph, path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = ov.convert_model(program)
+    save_openvino(model, graph, path, metadata(graph))
+
+
+def save_openvino(model: Any, graph: Graph, path: Path, record: dict[str, Any]) -> None:
+    """An OpenVINO model to `path` (.xml, with its .bin beside it), its ports named as the graph's and `record`
+    kept under `vitlab`; both files written beside their targets and renamed over them."""
+    ov = require("openvino", "OpenVINO export")
     for port, name in zip(model.inputs, graph.input_names):
         port.get_tensor().set_names({name})
     for port, name in zip(model.outputs, graph.output_names):
         port.get_tensor().set_names({name})
-    model.set_rt_info(json.dumps(metadata(graph)), ["vitlab"])
+    model.set_rt_info(json.dumps(record), ["vitlab"])
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".xml")
     os.close(fd)
     tmp = Path(tmp)

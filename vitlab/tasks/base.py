@@ -22,6 +22,7 @@ Its inference side, for `vitlab eval`, `vitlab predict`, the server and the runt
     page                                        what the server's page shows for it (a layout of serve/page.py)
     examples()                                  images to try it on
     python_loop                                 why its inference cannot run on an inference runtime, if it cannot
+    int8_guard, int8_agreement()                what int8 may cost it (`vitlab quantize`, tasks/int8.py)
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ class Task:
     page: ClassVar[str | None] = None  # the server page's layout for it (serve/page.py); None: its answer as JSON
     commands: ClassVar[tuple[str, ...]] = ()  # the task's own `vitlab` commands besides eval and predict
     default_model: ClassVar[str | None] = None  # built where --model is not given and --weights names no release
+    # what int8 may cost: evaluate_run's figures (dotted keys, `*` for any) -> the largest drop allowed
+    int8_guard: ClassVar[dict[str, float]] = {}
+    int8_agreement_floor: ClassVar[float] = 0.99  # the least share of answers int8 must keep (int8_agreement)
+    int8_agreement_of: ClassVar[str] = "answers"  # what int8_agreement counts, in the report: "images"
 
     def __init__(self, config: Any, loop: LoopConfig | None = None, dist: DistInfo | None = None) -> None:
         self.config = self.with_model(config)
@@ -170,6 +175,11 @@ class Task:
     def train_step(self, model: nn.Module, batch: Any, stepper: Any) -> dict[str, Any] | None:
         """One training step of a task with several optimizers (`optimized_modules`), stepping them through
         `stepper`; None (the default): the loop takes its one step on `loss`."""
+        return None
+
+    def int8_agreement(self, reference: Any, quantized: Any) -> tuple[float, int] | None:
+        """How many of one batch's answers the int8 model keeps, of how many: the fp32 and int8 models' outputs on
+        the same inputs (what the model returns). None: the task measures no agreement, only its figures."""
         return None
 
     # -- a finished run: `vitlab eval` and `vitlab predict`, through `inference_module` ------------------------

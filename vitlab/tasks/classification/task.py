@@ -56,6 +56,8 @@ class ClassificationTask(Task):
     sample_name: ClassVar[str] = "images"
     extra_files: ClassVar[tuple[str, ...]] = ("confusion.png",)
     resumable: ClassVar[tuple[str, ...]] = ("data_dir",)
+    int8_guard: ClassVar[dict[str, float]] = {"accuracy": 0.01}
+    int8_agreement_of: ClassVar[str] = "images (top-1)"
 
     def __init__(self, config: ClassificationConfig, loop=None, dist: DistInfo | None = None) -> None:
         config = self.with_model(config)  # a release's model where --model is not given, before the recipe's
@@ -72,6 +74,10 @@ class ClassificationTask(Task):
                                      teacher=_absolute(config.teacher))
         super().__init__(config, loop, dist)
         self.bundle: DatasetBundle | None = None
+
+    def int8_agreement(self, reference: Any, quantized: Any) -> tuple[float, int]:
+        """Images whose top-1 class int8 keeps: logits (B, K) of each."""
+        return float((reference.argmax(-1) == quantized.argmax(-1)).sum()), len(reference)
 
     @classmethod
     def upgrade_saved(cls, saved: dict[str, Any]) -> dict[str, Any] | None:

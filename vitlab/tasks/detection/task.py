@@ -68,6 +68,7 @@ class DetectionTask(Task):
     default_model: ClassVar[str] = "detr_small"
     Config: ClassVar[type] = DetectionConfig
     best: ClassVar[tuple[str, str]] = ("val_map", "max")
+    int8_guard: ClassVar[dict[str, float]] = {"map_50": 0.01}
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data",)
     inference_module: ClassVar[str] = "vitlab.tasks.detection.inference"

@@ -55,6 +55,7 @@ class VQGANTask(Task):
     default_model: ClassVar[str] = "vqgan_small"
     Config: ClassVar[type] = VQGANTaskConfig
     best: ClassVar[tuple[str, str]] = ("val_psnr", "max")
+    int8_guard: ClassVar[dict[str, float]] = {"psnr": 0.1}  # reconstruction, dB
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data_dir",)
     inference_module: ClassVar[str] = "vitlab.tasks.generation.inference"

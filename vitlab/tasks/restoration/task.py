@@ -87,6 +87,7 @@ class RestorationTask(Task):
     default_model: ClassVar[str] = "ipt_small"
     Config: ClassVar[type] = RestorationConfig
     best: ClassVar[tuple[str, str]] = ("val_psnr_y", "max")
+    int8_guard: ClassVar[dict[str, float]] = {"degradations.*.psnr_y": 0.1}  # dB
     sample_name: ClassVar[str] = "patches"
     resumable: ClassVar[tuple[str, ...]] = ("data", "eval_data")
     unused_parameters: ClassVar[bool] = True  # a step trains one task's head and tail

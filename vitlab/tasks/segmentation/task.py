@@ -52,6 +52,7 @@ class SegmentationTask(Task):
     default_model: ClassVar[str] = "setr_pup_small"
     Config: ClassVar[type] = SegmentationConfig
     best: ClassVar[tuple[str, str]] = ("val_miou", "max")
+    int8_guard: ClassVar[dict[str, float]] = {"miou": 0.01}
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data",)
     inference_module: ClassVar[str] = "vitlab.tasks.segmentation.inference"
