@@ -341,7 +341,11 @@ def main(argv: list[str] | None = None) -> dict:
         rows += measure(case, rounds, calls, optimum, args.compile and not args.quick, int8=args.int8,
                         bf16=args.bf16)
     host = machine()
-    for package in ("onnxruntime", "openvino", "optimum-onnx"):
+    if args.int8:
+        from vitlab.runtime.quantize import cpu_int8_isa
+
+        host["int8_dot_product"] = cpu_int8_isa()  # vnni, amx or none: what the int8 kernels run on
+    for package in ("onnxruntime", "openvino", "optimum-onnx", "nncf"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             host[package] = importlib.metadata.version(package)
     result = {"machine": host, "rounds": rounds, "calls": calls, "rows": rows}
