@@ -132,42 +132,41 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
 
         return build("hf", case.name).eval()
 
-    def optimum_ort():
+    def optimum_session(folder: Path, **where):
         import onnxruntime as ort
         from optimum.onnxruntime import ORTModelForImageClassification
 
-        from benchmarks.harness.workloads import build
         from vitlab.runtime.backends import usable_cores
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = usable_cores(), 1
+        m = ORTModelForImageClassification.from_pretrained(folder, session_options=options,
+                                                           provider="CPUExecutionProvider", **where)
+        return lambda x: m(pixel_values=x).logits
+
+    def hf_folder() -> Path:
+        from benchmarks.harness.workloads import build
 
         folder = Path(tempfile.mkdtemp(prefix="optimum-"))
         build("hf", case.name).inner.save_pretrained(folder / "hf")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = usable_cores(), 1
-        m = ORTModelForImageClassification.from_pretrained(folder / "hf", export=True, session_options=options,
-                                                           provider="CPUExecutionProvider")
-        return lambda x: m(pixel_values=x).logits
+        return folder
+
+    def optimum_ort():
+        return optimum_session(hf_folder() / "hf", export=True)
 
     def optimum_int8():
         """optimum's documented CPU recipe: dynamic quantization, per tensor, for the machine's ISA."""
-        import onnxruntime as ort
         from optimum.onnxruntime import ORTModelForImageClassification, ORTQuantizer
         from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
-        from benchmarks.harness.workloads import build
-        from vitlab.runtime.backends import usable_cores
         from vitlab.runtime.quantize import cpu_int8_isa
 
-        folder = Path(tempfile.mkdtemp(prefix="optimum-"))
-        build("hf", case.name).inner.save_pretrained(folder / "hf")
+        folder = hf_folder()
         ORTModelForImageClassification.from_pretrained(folder / "hf", export=True).save_pretrained(folder / "onnx")
         recipe = AutoQuantizationConfig.avx512_vnni if cpu_int8_isa() != "none" else AutoQuantizationConfig.avx2
         ORTQuantizer.from_pretrained(folder / "onnx").quantize(
             save_dir=folder / "int8", quantization_config=recipe(is_static=False, per_channel=False))
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = usable_cores(), 1
-        m = ORTModelForImageClassification.from_pretrained(folder / "int8", file_name="model_quantized.onnx",
-                                                           session_options=options, provider="CPUExecutionProvider")
-        return lambda x: m(pixel_values=x).logits
+        return optimum_session(folder / "int8", file_name="model_quantized.onnx")
 
     rows = [Contender("timm eager", timm_eager, True)] \
         + ([Contender("timm compile", timm_compiled, True)] if compile else []) + [Contender("hf eager", hf_eager)] \
@@ -269,30 +268,30 @@ def table(rows: list[dict]) -> str:
 
 
 def verdict(rows: list[dict]) -> list[str]:
-    """The bar, read off the rows: the best fp32 vitlab runtime against timm eager and optimum at batch 32."""
+    """The bar, read off the rows: the best fp32 (and int8) vitlab runtime against timm eager and optimum's own."""
     lines = []
     for name in sorted({r["model"] for r in rows if r["model"].startswith("vit_")}):
         for batch in sorted({r["batch"] for r in rows if r["model"] == name}):
             here = [r for r in rows if r["model"] == name and r["batch"] == batch and "images_per_s" in r]
-            ours = [r for r in here if r["label"].startswith("vitlab") and "bf16" not in r["label"]
-                    and (r["max_abs_diff"] or 0) <= 1e-4]
-            if not ours or not any(r["label"] == "timm eager" for r in here):
+            if not any(r["label"] == "timm eager" for r in here):
                 continue
-            best = max(ours, key=lambda r: r["ratio_to_base"])
-            optimum = next((r for r in here if r["label"] == "optimum onnxruntime"), None)
-            versus = (f", {best['images_per_s'] / optimum['images_per_s']:.2f}× optimum onnxruntime"
-                      if optimum else ", optimum not measured")
-            lines.append(f"- {name} batch {batch}: best fp32 vitlab runtime **{best['label']}** "
-                         f"{best['ratio_to_base']:.2f}× timm eager{versus} (max |Δ| {best['max_abs_diff']:.1e})")
+            fp32 = [r for r in here if r["label"].startswith("vitlab") and "bf16" not in r["label"]
+                    and (r["max_abs_diff"] or 0) <= 1e-4]
             int8 = [r for r in here if r["label"].startswith("vitlab") and r["label"].endswith("int8")]
-            if int8:
-                best8 = max(int8, key=lambda r: r["ratio_to_base"])
-                anchor = next((r for r in here if r["label"] == "optimum onnxruntime int8"), None)
-                versus = (f", {best8['images_per_s'] / anchor['images_per_s']:.2f}× optimum onnxruntime int8"
-                          if anchor else ", optimum int8 not measured")
-                lines.append(f"- {name} batch {batch}: best int8 vitlab runtime **{best8['label']}** "
-                             f"{best8['ratio_to_base']:.2f}× timm eager{versus}")
+            for kind, ours, anchor in (("fp32", fp32, "optimum onnxruntime"),
+                                       ("int8", int8, "optimum onnxruntime int8")):
+                if ours:
+                    lines.append(f"- {name} batch {batch}: " + _best_line(kind, ours, here, anchor))
     return lines
+
+
+def _best_line(kind: str, ours: list[dict], here: list[dict], anchor_label: str) -> str:
+    best = max(ours, key=lambda r: r["ratio_to_base"])
+    anchor = next((r for r in here if r["label"] == anchor_label), None)
+    versus = (f", {best['images_per_s'] / anchor['images_per_s']:.2f}× {anchor_label}" if anchor
+              else f", {anchor_label} not measured")
+    close = f" (max |Δ| {best['max_abs_diff']:.1e})" if kind == "fp32" else ""
+    return f"best {kind} vitlab runtime **{best['label']}** {best['ratio_to_base']:.2f}× timm eager{versus}{close}"
 
 
 def main(argv: list[str] | None = None) -> dict:

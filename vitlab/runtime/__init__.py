@@ -129,18 +129,13 @@ class Runtime:
         if self.backend == "openvino":
             ov = require("openvino", "the openvino backend")
             return OpenVinoBackend(ov.convert_model(exported_program(graph)), self.settings, self.precision)
-        path = self._cache_path(key)
-        if path.is_file():  # exported by an earlier process: its record says which axes stayed free
-            graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
-        else:
-            export_graph(graph, path, "onnx")
-        return OnnxRuntimeBackend(str(path), self.settings, self.precision)
+        return OnnxRuntimeBackend(str(self._fp32_onnx(graph, key)), self.settings, self.precision)
 
     def _fp32_onnx(self, graph: Graph, key: tuple) -> Path:
         """The graph's fp32 ONNX file in the cache, exported if not there yet."""
         path = self._cache_path(key)
-        if path.is_file():  # its record says which axes stayed free
-            graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
+        if path.is_file():  # exported by an earlier process
+            _free_axes_from(path, graph)
         else:
             export_graph(graph, path, "onnx")
         return path
@@ -166,7 +161,7 @@ class Runtime:
                   f"--weights WEIGHTS` calibrates one on the run's validation data, for the weights in use)",
                   file=sys.stderr)
             quantize_graph(graph, path, "onnxruntime", None, fp32_onnx=self._fp32_onnx(graph, key))
-        graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
+        _free_axes_from(path, graph)
         if self.backend == "onnxruntime":
             return OnnxRuntimeBackend(str(path), self.settings, "int8")
         return OpenVinoBackend(str(path), self.settings, "int8")
@@ -200,6 +195,11 @@ class Runtime:
 def _fixed(inputs: list[Any], free: tuple[dict[int, str], ...]) -> tuple[tuple[int, ...], ...]:
     """The sizes of the axes a graph fixes, input by input: what tells one graph of a model from another."""
     return tuple(tuple(s for axis, s in enumerate(x.shape) if axis not in axes) for x, axes in zip(inputs, free))
+
+
+def _free_axes_from(path: Path, graph: Graph) -> None:
+    """Set `graph.dynamic` to the axes the file at `path` left free (its record says which)."""
+    graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
 
 
 def _batch_of_two(x: torch.Tensor) -> torch.Tensor:
