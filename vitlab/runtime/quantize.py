@@ -249,7 +249,7 @@ def _quantize_openvino(graph: Graph, out: Path, samples, keep: dict[str, str], r
     ignored = nncf.IgnoredScope(patterns=[f"^{re.escape(node.name)}/" for node in kept], validate=False)
     transformer = family_plan(graph).int8_transformer
     advanced = nncf.AdvancedQuantizationParameters(
-        overflow_fix=nncf.OverflowFix.FIRST_LAYER if record["reduce_range"] else nncf.OverflowFix.DISABLE)
+        overflow_fix=nncf.OverflowFix.ENABLE if record["reduce_range"] else nncf.OverflowFix.DISABLE)
     from nncf.common.logging import nncf_logger
 
     level = nncf_logger.level
