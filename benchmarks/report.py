@@ -259,6 +259,23 @@ def lookup(record: dict, path: str, where: str = "") -> object:
     return values[0]
 
 
+def _lookup_or_pair(record: dict, path: str, where: str) -> object:
+    """PATH's value, or the difference or ratio of the two values either side of a " - " or " / " in it ("how far
+    ahead", "how many times as fast"). A key may hold " / " itself ("in place / out of place"): the whole path is
+    tried first, then each place it could be split."""
+    try:
+        return lookup(record, path, where)
+    except KeyError as whole:
+        for split in re.finditer(r" ([-/]) ", path):
+            try:
+                first = lookup(record, path[:split.start()], where)
+                second = lookup(record, path[split.end():], where)
+            except KeyError:
+                continue
+            return first - second if split.group(1) == "-" else first / second
+        raise whole
+
+
 def value(spec: str) -> str:
     """The text of a `<!-- value: NAME | PATH | FORMAT -->` marker, from its results file now."""
     parts = [part.strip() for part in spec.split(" | ")]
@@ -268,12 +285,7 @@ def value(spec: str) -> str:
     if not (RESULTS / f"{name}.json").is_file():
         raise FileNotFoundError(f"<!-- value: {spec} -->: no benchmarks/results/{name}.json")
     where, record = f"<!-- value: {spec} -->", _load(name)
-    pair = re.fullmatch(r"(.+?) ([-/]) (.+)", path)
-    if pair:  # a difference or a ratio of two values of the file ("how far ahead", "how many times as fast")
-        first, second = (lookup(record, part, where) for part in (pair.group(1), pair.group(3)))
-        found = first - second if pair.group(2) == "-" else first / second
-    else:
-        found = lookup(record, path, where)
+    found = _lookup_or_pair(record, path, where)
     number = isinstance(found, (int, float)) and not isinstance(found, bool)
     return template.format(found, pct=100 * found if number else found)
 

@@ -77,7 +77,7 @@ def test_a_value_marker_reads_its_number_from_the_results_file(tmp_path, monkeyp
 
     report = _report()
     curve = [{"ap": 0.2, "min": 5}, {"ap": 0.4, "min": 9}]
-    record = {"rows": [{"model": "a", "batch": 1, "ratio": 1.5, "curve": curve},
+    record = {"rows": [{"model": "a", "batch": 1, "ratio": 1.5, "curve": curve, "in place / out of place": 0.6},
                        {"model": "a", "batch": 32, "ratio": 2.25, "curve": []},
                        {"model": "b", "batch": 32, "ratio": 0.75, "curve": []}],
               "final": {"acc": 0.9081}}
@@ -92,6 +92,9 @@ def test_a_value_marker_reads_its_number_from_the_results_file(tmp_path, monkeyp
     assert report.value("toy | rows[*].model.@len") == "3"
     assert report.value("toy | rows[1].ratio - rows[2].ratio | {:+.1f}") == "+1.5"
     assert report.value("toy | rows[1].ratio / rows[2].ratio | {:.0f}×") == "3×"
+    # a key that holds " / " itself: read whole, or as one side of a ratio
+    assert report.value("toy | rows[0].in place / out of place") == "0.6"
+    assert report.value("toy | rows[0].in place / out of place / rows[0].ratio | {:.1f}") == "0.4"
     for bad in ("toy | rows[model=c].ratio", "toy | rows[*].ratio", "toy | final.loss", "toy | final[0]",
                 "toy | rows[a]", "nothing | final.acc", "toy"):
         with pytest.raises((KeyError, ValueError, FileNotFoundError)):
