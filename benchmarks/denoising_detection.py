@@ -32,7 +32,10 @@ sys.path.insert(0, str(ROOT))  # run as `python benchmarks/NAME.py`: the reposit
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("detr_small", "deformable_detr_small")
 VARIANTS = ("plain", "denoising")  # each pair: the model without denoising queries, then with them
-EPOCHS = {"detr_small": 16, "deformable_detr_small": 6}  # about 60 minutes each without denoising (detr_scenes.py)
+# epochs filling about 60 minutes without denoising on the Xeon detr_scenes.py measured on; machines differ (an AMD
+# EPYC with AVX-512 ran 24 detr_small epochs in 53 minutes, and 8 deformable ones in about 50 on the AVX2 one): pass
+# --epochs for yours
+EPOCHS = {"detr_small": 16, "deformable_detr_small": 6}
 GAIN_AFTER_MIN, GAIN = 20.0, 0.08  # detr_small: the gain denoising must keep at every evaluation past 20 minutes
 TARGET = {"detr_small": 0.5, "deformable_detr_small": 0.68}  # AP50 within 60 minutes
 
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--data", default="data/scenes", help="the scenes folder (made there if missing)")
     parser.add_argument("--epochs", type=int, help="epochs of every run (default: 16 for detr_small, 6 for "
-                        "deformable_detr_small, about 60 minutes each without denoising)")
+                        "deformable_detr_small, about 60 minutes each without denoising on a 2-core Xeon; "
+                        "machines differ)")
     parser.add_argument("--dn-groups", type=int, default=5, help="denoising groups of the denoised runs")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=2e-4, help="lr, backbone included")
