@@ -18,7 +18,7 @@ and one per tensor for the activations, measured on the samples (min/max). What 
 Calibrating activations as unsigned and weights as signed 8-bit is what the x86 kernels of both runtimes are built
 for (onnxruntime's U8S8 GEMM, with VNNI one `vpdpbusd` per 4 products). Without VNNI that kernel sums pairs of
 products in 16 bits, which can saturate: there the weights are kept to 7 bits (`reduce_range`), as onnxruntime
-advises. The file records which, and the ISA it was made on.
+advises, in every layer (NNCF's overflow fix, for OpenVINO, too). The file records which, and the ISA it was made on.
 """
 
 from __future__ import annotations
