@@ -93,21 +93,21 @@ def _deit() -> tuple[str, str]:
             _reported("deit_base_distilled_patch16_224.fb_in1k"))
 
 
-def _detr() -> tuple[str, str]:
-    result = _load("denoising_detection")["results"]["detr_small"]
+def _with_denoising(model: str) -> str:
+    """A detector's headline: its best val AP50 with denoising queries, and the test AP50 of that selection."""
+    result = _load("denoising_detection")["results"][model]
     best = _best(result["denoising"]["curve"], "map_50")
     return (f"scenes AP50 {best['map_50']:.3f} after {best['train_min']:.0f} min with denoising queries (test "
             f"{result['denoising']['test']['map_50']:.3f}; [denoising_detection]"
-            f"(benchmarks/results/denoising_detection.json); {_isa(result['denoising'])})",
-            _reported("detr_resnet50.coco"))
+            f"(benchmarks/results/denoising_detection.json); {_isa(result['denoising'])})")
+
+
+def _detr() -> tuple[str, str]:
+    return _with_denoising("detr_small"), _reported("detr_resnet50.coco")
 
 
 def _deformable() -> tuple[str, str]:
-    result = _load("deformable_detr_scenes")
-    best = _best(result["results"]["deformable_detr_small"]["curve"], "map_50")
-    return (f"scenes AP50 {best['map_50']:.3f} after {best['train_min']:.0f} min "
-            f"([deformable_detr_scenes](benchmarks/results/deformable_detr_scenes.json); {_isa(result)})",
-            _reported("deformable_detr_resnet50.coco_two_stage"))
+    return _with_denoising("deformable_detr_small"), _reported("deformable_detr_resnet50.coco_two_stage")
 
 
 def _setr() -> tuple[str, str]:
@@ -181,7 +181,7 @@ def runtime_ratios(name: str = "runtimes") -> str:
              "|---|" + "---:|" * len(labels)]
     for model, batch in cases:
         here = {row["label"]: row for row in rows if (row["model"], row["batch"]) == (model, batch)}
-        fp32 = [label for label in here if label.startswith("vitlab") and "bf16" not in label]
+        fp32 = [label for label in here if label.startswith("vitlab") and not label.endswith(("bf16", "int8"))]
         best = max(fp32, key=lambda label: here[label]["ratio_to_base"]) if fp32 else None
         cells = []
         for label in labels:
