@@ -102,6 +102,36 @@ def test_vit_on_onnxruntime_takes_numpy_and_gives_numpy_with_a_free_batch():
     assert "onnxruntime" in engine.describe() and "thread" in engine.describe()
 
 
+def test_vit_onnx_graph_attends_in_one_kernel_and_keeps_layernorm_apart(tmp_path):
+    """The exported ViT: each self-attention one MultiHeadAttention node (the last block, which computes the class
+    token's row alone, keeps its own graph), the residual sums beside plain LayerNormalization, and still the torch
+    model's outputs."""
+    onnx = pytest.importorskip("onnx")
+    model, (x,) = build("vit")  # depth 2
+    path = runtime.export_model(model, tmp_path / "vit.onnx")
+    ops = [node.op_type for node in onnx.load(str(path)).graph.node]
+    assert ops.count("MultiHeadAttention") == 1
+    assert "SkipLayerNormalization" not in ops and ops.count("LayerNormalization") == 5  # 2 per block and the last
+    assert_same({"logits": runtime.load(str(path), backend="onnxruntime")(x)}, reference("vit", model, (x,)))
+
+
+def test_one_kernel_attention_is_kept_only_where_it_gives_the_same_outputs(tmp_path):
+    """The rewrite is checked against the graph it replaces: told the wrong number of heads, the kernel would
+    attend differently, and the exported graph is kept as it was."""
+    onnx = pytest.importorskip("onnx")
+    from vitlab.runtime.export import _one_op_attention
+    from vitlab.runtime.graphs import graph_for
+
+    model, _ = build("vit")
+    graph = graph_for(model, None, None)
+    plain = onnx.load(str(runtime.export_model(model, tmp_path / "plain.onnx", optimize=False)))
+    right = _one_op_attention(plain, model.config.num_heads, graph)
+    assert [n.op_type for n in right.graph.node].count("MultiHeadAttention") == 1
+    with pytest.warns(UserWarning, match="kept as exported"):
+        wrong = _one_op_attention(plain, model.config.num_heads * 2, graph)
+    assert wrong is plain
+
+
 def test_as_model_keeps_the_torch_model_working_around_the_runtime():
     """IPT's tiled inference calls the model tile by tile: with its forward on a runtime, the whole restoration
     equals torch's."""

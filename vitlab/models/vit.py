@@ -227,7 +227,8 @@ class VisionTransformer(nn.Module):
     def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
                     ) -> ExportSpec:
         """images (B, C, H, W) -> logits (B, K); the batch free (the position table fixes the image size).
-        onnxruntime's transformer optimizer knows this graph as "vit": attention, LayerNorm and GELU fused."""
+        onnxruntime's transformer optimizer knows this graph as "vit" (GELU fused with its bias), and its attention
+        becomes one MultiHeadAttention node (runtime/export.py)."""
         example = example or (torch.randn(2, self.config.in_chans, *self.patch_embed.img_size),)
         return ExportSpec("classifier", lambda model, images: (model(images),), ("images",), ("logits",), example,
                           ({0: "batch"},), onnx_fusion={"model_type": "vit", "num_heads": self.config.num_heads,

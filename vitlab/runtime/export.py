@@ -3,9 +3,12 @@ ExportedProgram (.pt2). Each file carries what `vitlab.runtime.load` needs to gi
 its kind, input and output names, and a restorer's task, as JSON under the key `vitlab`.
 
 ONNX goes through torch's dynamo exporter; OpenVINO converts the ExportedProgram itself (no ONNX in between).
-Graphs a family marks for it (ViT's, DeiT's) are then rewritten by onnxruntime's transformer optimizer, which
-fuses attention, LayerNorm, GELU and bias additions into single kernels. Every file is written beside its target
-and renamed over it, so a killed export leaves the old file or none.
+Graphs a family marks for it (ViT's, DeiT's) are then rewritten for onnxruntime's CPU kernels: its transformer
+optimizer fuses GELU with its bias, and each self-attention the exporter wrote out as reshapes, transposes, two
+products and a softmax becomes one `MultiHeadAttention` (`_one_op_attention`, checked against the graph it
+replaces). The residual sum and LayerNorm stay two ops: onnxruntime's fused SkipLayerNormalization took 4.6× as
+long as the pair on a ViT-S/16 block's tokens (AVX2 EPYC, onnxruntime 1.32). Every file is written beside its
+target and renamed over it, so a killed export leaves the old file or none.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -122,13 +126,14 @@ def _write_onnx(graph: Graph, path: Path, optimize: bool) -> None:
     proto = onnx_program.model_proto
     if optimize and graph.onnx_fusion:
         proto = _fuse_transformer(proto, graph.onnx_fusion)
+        proto = _one_op_attention(proto, graph.onnx_fusion["num_heads"], graph)
     entry = proto.metadata_props.add()
     entry.key, entry.value = "vitlab", json.dumps(metadata(graph))
     # weights live inside the file up to protobuf's 2 GB; larger models (none of the presets) would need external data
     _replace(path, lambda tmp: onnx.save_model(proto, str(tmp)))
 
 
-def _fuse_transformer(proto, fusion: dict[str, Any]):
+def _fuse_transformer(proto, fusion: dict[str, Any], skip_layer_norm: bool = False):
     """onnxruntime's transformer optimizer on a graph the family says it knows (`fusion`: its model_type, num_heads
     and hidden_size): attention, LayerNorm, GELU and bias fused."""
     try:
@@ -137,10 +142,133 @@ def _fuse_transformer(proto, fusion: dict[str, Any]):
     except ImportError:
         return proto  # the optimizer ships with onnxruntime; without it the graph stays as exported
     options = FusionOptions(fusion["model_type"])
+    # off by default: slower on CPU (module docstring; benchmarks/onnx_fusions.py measures both)
+    options.enable_skip_layer_norm = options.enable_bias_skip_layer_norm = skip_layer_norm
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fused = optimize_by_fusion(proto, **fusion, optimization_options=options)
     return fused.model
+
+
+def _one_op_attention(proto, num_heads: int, graph: Graph):
+    """Each self-attention of `proto` in one com.microsoft `MultiHeadAttention` node, where the exporter wrote
+    `scaled_dot_product_attention` of a fused `qkv` projection out in full:
+
+        x (B, N, 3D) -> Reshape (B, N, 3, H, d) -> Transpose (3, B, H, N, d) -> q, k, v -> [scale, Kᵀ] -> MatMul
+          -> Softmax -> MatMul with v -> Transpose (B, N, H, d) -> Reshape (B, N, D)
+    becomes
+        x -> Split into q, k, v (B, N, D) each -> MultiHeadAttention(q, k, v[, the qkv bias]) -> (B, N, D)
+
+    The kernel scales by 1/√d and takes no mask, so the rewrite is kept only if the new graph gives the old one's
+    outputs on the graph's example inputs (to 1e-4); otherwise the graph stays as it was, with a warning."""
+    from onnx import helper, numpy_helper
+
+    nodes = list(proto.graph.node)
+    made_by = {output: node for node in nodes for output in node.output}
+    readers: dict[str, list] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    constants = {init.name: init for init in proto.graph.initializer}
+
+    def perm(node) -> list[int] | None:
+        return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+
+    def only_reader(name: str, op_type: str):
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
+
+    def softmax_after(start, steps: int = 16):
+        frontier, seen = [start], set()
+        while frontier and steps > 0:
+            node = frontier.pop(0)
+            steps -= 1
+            for output in node.output:
+                for reader in readers.get(output, []):
+                    if reader.op_type == "Softmax":
+                        return reader
+                    if reader.name not in seen:
+                        seen.add(reader.name)
+                        frontier.append(reader)
+        return None
+
+    replacements = {}  # the final Reshape of an attention -> the nodes that replace the whole attention
+    for node in nodes:
+        shape_node = made_by.get(node.input[0]) if node.op_type == "Transpose" else None
+        if perm(node) != [2, 0, 3, 1, 4] or shape_node is None or shape_node.op_type != "Reshape":
+            continue
+        softmax = softmax_after(node)
+        weighted = softmax and only_reader(softmax.output[0], "MatMul")
+        heads_back = weighted and only_reader(weighted.output[0], "Transpose")
+        merged = heads_back and perm(heads_back) == [0, 2, 1, 3] and only_reader(heads_back.output[0], "Reshape")
+        if not merged:
+            continue
+        qkv = shape_node.input[0]
+        producer = made_by.get(qkv)
+        bias = (producer.input[1] if producer is not None and producer.op_type == "Add"
+                and producer.input[1] in constants and len(constants[producer.input[1]].dims) == 1 else None)
+        source = producer.input[0] if bias else qkv
+        projection = made_by.get(source)
+        is_product = projection is not None and projection.op_type == "MatMul"
+        weight = constants.get(projection.input[1]) if is_product else None
+        if weight is None or len(weight.dims) != 2 or weight.dims[1] % 3:
+            continue
+        q, k, v = (f"{node.name}/{part}" for part in "qkv")
+        sizes = f"{node.name}/split_sizes"
+        split = helper.make_node("Split", [source, sizes], [q, k, v], name=f"{node.name}/Split", axis=-1)
+        attention = helper.make_node("MultiHeadAttention", [q, k, v] + ([bias] if bias else []), [merged.output[0]],
+                                     name=f"{node.name}/MultiHeadAttention", domain="com.microsoft",
+                                     num_heads=num_heads)
+        extra = [numpy_helper.from_array(np.full(3, weight.dims[1] // 3, np.int64), sizes)]
+        replacements[merged.name] = ([split, attention], extra)
+    if not replacements:
+        return proto
+    rewritten = type(proto)()
+    rewritten.CopyFrom(proto)
+    graph_proto = rewritten.graph
+    kept = []
+    for node in graph_proto.node:
+        kept += replacements[node.name][0] if node.name in replacements else [node]
+    for _, extra in replacements.values():
+        graph_proto.initializer.extend(extra)
+    outputs = {output.name for output in graph_proto.output}
+    while True:  # drop what only the old attention read
+        used = {name for node in kept for name in node.input} | outputs
+        alive = [node for node in kept if any(output in used for output in node.output if output)]
+        if len(alive) == len(kept):
+            break
+        kept = alive
+    del graph_proto.node[:]
+    graph_proto.node.extend(kept)
+    used = {name for node in kept for name in node.input}
+    alive_constants = [init for init in graph_proto.initializer if init.name in used]
+    del graph_proto.initializer[:]
+    graph_proto.initializer.extend(alive_constants)
+    if not any(entry.domain == "com.microsoft" for entry in rewritten.opset_import):
+        rewritten.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    if not _same_outputs(proto, rewritten, graph):
+        warnings.warn("the one-op attention rewrite changed this graph's outputs; the graph is kept as exported",
+                      stacklevel=3)
+        return proto
+    return rewritten
+
+
+def _same_outputs(before, after, graph: Graph, tolerance: float = 1e-4) -> bool:
+    """Whether two ONNX graphs give the same outputs on the graph's example inputs (onnxruntime, CPU)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False
+    feed = {name: x.detach().cpu().numpy() for name, x in zip(graph.input_names, graph.example)}
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        outputs = [ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+                   .run(None, feed) for proto in (before, after)]
+    except Exception:  # noqa: BLE001 -- onnxruntime refuses the new graph: keep the old one
+        return False
+    return all(a.shape == b.shape and np.abs(a - b).max(initial=0.0) <= tolerance * (1 + np.abs(a).max(initial=0.0))
+               for a, b in zip(*outputs))
 
 
 def _write_openvino(graph: Graph, path: Path) -> None:
