@@ -5,6 +5,8 @@ torch.compile, Hugging Face ViTForImageClassification eager, and Hugging Face op
     python benchmarks/runtimes.py --quick                  # a smoke run: two tiny models, one round
     python benchmarks/runtimes.py --optimum-site DIR       # also optimum-onnx, installed apart (see below)
     python benchmarks/runtimes.py --int8 --no-compile --no-bf16 --models vit_small_patch16_224 --tag runtimes-int8
+    python benchmarks/runtimes.py --int8 --no-compile --no-bf16 --models detr_small deformable_detr_small \
+        detr_resnet50 deformable_detr_resnet50 --tag runtimes-int8-detection      # the detectors, both sizes
 
 Contenders run interleaved in one process, in rotated rounds (each goes first once); a row's images/s is the
 median over rounds of its median call, its spread the range over rounds, its ratio to timm the median of the
@@ -52,6 +54,9 @@ DEFAULT = [Case("vit_small_patch16_224", 1), Case("vit_small_patch16_224", 32), 
            Case("vit_base_patch16_224", 32), Case("detr_small", 4, (3, 128, 128)),
            Case("setr_pup_small", 4, (3, 128, 128)), Case("ipt_small", 16, (3, 48, 48))]
 QUICK = [Case("vit_tiny_patch4_28", 8), Case("ipt_small", 4, (3, 48, 48))]
+# the detectors at both sizes, for the int8 tables (--models): not in the default set, which times fp32 runtimes
+MORE = [Case("deformable_detr_small", 4, (3, 128, 128)), Case("detr_resnet50", 1, (3, 512, 512)),
+        Case("deformable_detr_resnet50", 1, (3, 512, 512))]
 
 
 @dataclass
@@ -77,10 +82,11 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
         def make():  # calibrated as `vitlab quantize` does, on random images (what is timed is the same graph)
             from vitlab.runtime.quantize import calibration_recorder
 
-            recorder = calibration_recorder(model, 32)
+            rows = min(32, 8 * case.batch)  # a ResNet-50 detector at 512² calibrates on 8 images, not 32
+            recorder = calibration_recorder(model, rows)
             shape = case.shape or (model.config.in_chans, *model.patch_embed.img_size)
             with torch.inference_mode():
-                recorder.as_model()(torch.randn(32, *shape))
+                recorder.as_model()(torch.randn(rows, *shape))
             engine, _ = recorder.write_int8(backend)
             return lambda x: _first(engine(x))
         return make
@@ -298,7 +304,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="two tiny models, one round, one call, no compile")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile rows")
-    parser.add_argument("--models", nargs="+", help="only these of the default cases")
+    parser.add_argument("--models", nargs="+", help="only these cases: of the default set, or "
+                        + ", ".join(c.name for c in MORE))
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
     parser.add_argument("--calls", type=int, default=0, help="timed calls per row per round (default 0: enough "
                         "for about 2 s, 1 to 20)")
@@ -333,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
             optimum = True
         except ImportError as error:
             print(f"optimum not importable from {args.optimum_site}: {error}; its rows are left out")
-    cases = QUICK if args.quick else [c for c in DEFAULT if not args.models or c.name in args.models]
+    cases = QUICK if args.quick else [c for c in DEFAULT + MORE if c.name in args.models] if args.models else DEFAULT
     rounds, calls = (1, 1) if args.quick else (args.rounds, args.calls)
     rows: list[dict] = []
     for case in cases:
