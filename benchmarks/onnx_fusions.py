@@ -8,7 +8,9 @@ does), images/s at each batch:
     + LayerNorm apart    no SkipLayerNormalization: an Add and a LayerNormalization
     vitlab               both (what `vitlab export` and the runtimes write)
 
-and the two LayerNorm forms alone on one block's tokens (B·197 × 384), milliseconds per call.
+and the two LayerNorm forms alone on one block's tokens (B·197 × 384), milliseconds per call; and where vitlab's
+graph spends its time at the largest batch, by onnxruntime's own profile (kernel time per op type, fp32 and int8):
+the matrix products against everything else.
 
     python benchmarks/onnx_fusions.py              # ViT-S/16 at batch 32 and 1, about 8 minutes on 2 cores
     python benchmarks/onnx_fusions.py --quick      # a tiny ViT, one round
@@ -123,6 +125,38 @@ def layer_norm_forms(batch: int, dim: int, tokens: int, calls: int) -> dict:
             "max_abs_diff": difference}
 
 
+def op_profile(path: Path, x, calls: int = 3) -> dict[str, float]:
+    """Milliseconds per call spent in each op type, from onnxruntime's profile of `calls` calls (after a warm one)."""
+    import collections
+    import json
+
+    import onnxruntime as ort
+
+    from vitlab.runtime.backends import usable_cores
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = usable_cores(), 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    with tempfile.TemporaryDirectory(prefix="vitlab-profile-") as folder:
+        options.enable_profiling, options.profile_file_prefix = True, str(Path(folder) / "profile")
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        feed = {session.get_inputs()[0].name: x}
+        session.run(None, feed)
+        for _ in range(calls):
+            session.run(None, feed)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    by_op: collections.Counter = collections.Counter()
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            by_op[event["args"]["op_name"]] += event["dur"]
+    # the warm call is in the profile too: calls + 1
+    return {op: us / 1e3 / (calls + 1) for op, us in by_op.most_common()}
+
+
+PRODUCTS = ("MatMul", "Gemm", "FusedMatMul", "MatMulIntegerToFloat", "QGemm", "Conv", "QLinearConv")
+
+
 def markdown(record: dict) -> str:
     m = record["machine"]
     lines = [f"# A ViT's ONNX graph on onnxruntime, four ways ({m['cpu']}, {m.get('cpu_capability')}, "
@@ -138,6 +172,17 @@ def markdown(record: dict) -> str:
     lines += ["", f"One block's residual sum and LayerNorm on {' × '.join(map(str, n['shape']))} floats "
               f"(outputs equal to {n['max_abs_diff']:.0e}):", "", "| form | ms per call |", "|---|---:|"]
     lines += [f"| {name} | {ms:.2f} |" for name, ms in n["ms"].items()]
+    profile = record["profile"]
+    lines += ["", f"Where vitlab's graph spends a call at batch {profile['batch']} (onnxruntime's profile, kernel ms "
+              "per call; products: MatMul, Gemm, Conv in either precision):", "",
+              "| op type | fp32 ms | int8 ms |", "|---|---:|---:|"]
+    ops = sorted(set(profile["fp32"]) | set(profile["int8"]),
+                 key=lambda op: -max(profile["fp32"].get(op, 0), profile["int8"].get(op, 0)))
+    for op in ops:
+        if max(profile["fp32"].get(op, 0), profile["int8"].get(op, 0)) >= 1:
+            lines.append(f"| {op} | {profile['fp32'].get(op, 0):.1f} | {profile['int8'].get(op, 0):.1f} |")
+    for part in ("products", "the rest"):
+        lines.append(f"| **{part}** | {profile['totals']['fp32'][part]:.1f} | {profile['totals']['int8'][part]:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -190,10 +235,17 @@ def main(argv: list[str] | None = None) -> dict:
                                  "ratio": statistics.median(ratios),
                                  "max_abs_diff": float(np.abs(runs[variant]().numpy() - expected).max())})
                     print(rows[-1], flush=True)
+        big = torch.randn(max(batches), 3, *model.patch_embed.img_size).numpy()
+        profile = {"batch": max(batches), **{precision: op_profile(paths["vitlab"], big, 1 if args.quick else 3)
+                                             for precision, paths in files.items()}}
+        profile["totals"] = {precision: {"products": sum(ms for op, ms in profile[precision].items()
+                                                         if op in PRODUCTS),
+                                         "the rest": sum(ms for op, ms in profile[precision].items()
+                                                         if op not in PRODUCTS)} for precision in files}
     tokens = model.patch_embed.num_patches + 1
     norm = layer_norm_forms(max(batches), model.config.dim, tokens, 5 if args.quick else 50)
     record = {"machine": machine(), "onnxruntime": importlib.metadata.version("onnxruntime"), "rounds": rounds,
-              "seconds": seconds, "rows": rows, "layer_norm": norm}
+              "seconds": seconds, "rows": rows, "layer_norm": norm, "profile": profile}
     tag = f"{args.tag}_quick" if args.quick else args.tag
     return write_results(args.out, tag, record, markdown(record), beside=args.beside)
 

@@ -51,6 +51,23 @@ def test_linear_kernels_script_times_the_three_matmul_kernels_on_the_same_layer(
 
 
 @pytest.mark.slow
+def test_onnx_fusions_times_the_four_graphs_in_both_precisions_and_profiles_vitlabs(tmp_path):
+    pytest.importorskip("onnxruntime")
+    result = _load_script("onnx_fusions").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    rows = result["rows"]
+    assert [(r["precision"], r["graph"]) for r in rows] == [(p, g) for p in ("fp32", "int8")
+                                                            for g in ("optimizer", "+ one-op attention",
+                                                                      "+ LayerNorm apart", "vitlab")]
+    assert all(r["images_per_s"] > 0 for r in rows)
+    assert all(r["max_abs_diff"] < 1e-4 for r in rows if r["precision"] == "fp32")
+    assert result["layer_norm"]["max_abs_diff"] < 1e-4 and min(result["layer_norm"]["ms"].values()) > 0
+    totals = result["profile"]["totals"]
+    assert "MatMulIntegerToFloat" in result["profile"]["int8"] and "MultiHeadAttention" in result["profile"]["fp32"]
+    assert totals["fp32"]["products"] > 0 and totals["int8"]["products"] > 0
+    assert "| SkipLayerNormalization |" in (tmp_path / "t_quick.md").read_text()
+
+
+@pytest.mark.slow
 def test_inplace_inference_benchmark_runs_both_process_settings(tmp_path):
     rows = _load_script("inplace_inference").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
     assert [r["cpu_settings"] for r in rows] == ["default", "vitlab"]
