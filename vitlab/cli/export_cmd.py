@@ -21,8 +21,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx)")
     add_weights_flag(p, "last", "last, for a run folder")
     p.add_argument("--task", help="a restoration run: the degradation to export, e.g. sr2 (default: every one)")
-    p.add_argument("--no-optimize", action="store_true", help="ONNX: skip onnxruntime's transformer optimizer "
-                   "(default: fuse a ViT's LayerNorm, GELU and bias additions)")
+    p.add_argument("--no-optimize", action="store_true", help="ONNX: write the graph as exported (default: a "
+                   "ViT's GELU fused with its bias, each attention one MultiHeadAttention node, for onnxruntime)")
     p.set_defaults(run=run)
 
 

@@ -135,7 +135,8 @@ def _write_onnx(graph: Graph, path: Path, optimize: bool) -> None:
 
 def _fuse_transformer(proto, fusion: dict[str, Any], skip_layer_norm: bool = False):
     """onnxruntime's transformer optimizer on a graph the family says it knows (`fusion`: its model_type, num_heads
-    and hidden_size): attention, LayerNorm, GELU and bias fused."""
+    and hidden_size): GELU fused with its bias; the residual sum with LayerNorm only with `skip_layer_norm`. Its
+    attention fusion does not match the exporter's graph of a fused qkv projection: `_one_op_attention` does that."""
     try:
         from onnxruntime.transformers.fusion_options import FusionOptions
         from onnxruntime.transformers.optimizer import optimize_by_fusion
