@@ -40,10 +40,9 @@ def cpu_and_isa(machine: dict) -> str:
     return f"{machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'})"
 
 
-def provenance(device: str = "cpu", beside: str | None = "nothing") -> dict:
-    """What a results file records beside its numbers: the command that made it, the commit it ran (with
-    "+changes" where the working tree differed), the machine with its ISA (`cpu_capability`), and what else ran on
-    the machine meanwhile (`beside`, the script's --beside: add_beside_option)."""
+def _code_state() -> tuple[str, str]:
+    """(commit, command): the commit checked out (with "+changes" where the working tree differs from it) and the
+    command line of this process."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
@@ -56,8 +55,29 @@ def provenance(device: str = "cpu", beside: str | None = "nothing") -> dict:
     # results files written by earlier runs are not a change to the code that measures
     if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"):
         commit += "+changes"
-    command = "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
-    return {"command": command, "commit": commit, "machine": machine(device), "beside": beside}
+    return commit, "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
+
+
+_AT_START: dict[str, tuple[str, str]] = {}
+
+
+def note_start() -> None:
+    """Takes the commit and command as the run starts (add_beside_option calls it): what is edited while a long
+    benchmark runs is not the code that measured. The first call of a process counts."""
+    _AT_START.setdefault("state", _code_state())
+
+
+def provenance(device: str = "cpu", beside: str | None = "nothing") -> dict:
+    """What a results file records beside its numbers: the command that made it, the commit it ran (with
+    "+changes" where the working tree differed), the machine with its ISA (`cpu_capability`), and what else ran on
+    the machine meanwhile (`beside`, the script's --beside: add_beside_option). The commit is the one at the start
+    (note_start), where the script noted it; `commit_at_save` is added when the code changed meanwhile."""
+    now = _code_state()
+    commit, command = _AT_START.get("state", now)
+    record = {"command": command, "commit": commit, "machine": machine(device), "beside": beside}
+    if now[0] != commit:
+        record["commit_at_save"] = now[0]
+    return record
 
 
 BESIDE_HELP = "what else ran on the machine meanwhile, recorded in the results file"
@@ -66,4 +86,5 @@ BESIDE_HELP = "what else ran on the machine meanwhile, recorded in the results f
 def add_beside_option(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """--beside: what else ran on the machine while the benchmark did (default "nothing"), for provenance()."""
     parser.add_argument("--beside", default="nothing", help=BESIDE_HELP)
+    note_start()
     return parser

@@ -167,3 +167,23 @@ def test_write_results_and_write_json_stamp_the_record(tmp_path):
     written = write_json(tmp_path / "list.json", [{"a": 1}], beside="b", indent=1)
     assert written["rows"] == [{"a": 1}] and written["beside"] == "b" and written["machine"]["cpu_capability"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["list.json", "out", "own.json"]
+
+
+def test_the_commit_is_the_one_the_run_started_from(monkeypatch):
+    """A long benchmark records the code it started with; an edit made while it ran shows as commit_at_save."""
+    import argparse
+
+    from benchmarks.harness import host
+
+    states = iter([("abc123", "python bench.py --x"), ("abc123+changes", "python bench.py --x")])
+    monkeypatch.setattr(host, "_AT_START", {})
+    monkeypatch.setattr(host, "_code_state", lambda: next(states))
+    host.add_beside_option(argparse.ArgumentParser())  # the script starts: the state is noted once
+    record = host.provenance(beside="nothing")
+    assert record["commit"] == "abc123" and record["command"] == "python bench.py --x"
+    assert record["commit_at_save"] == "abc123+changes"
+
+    monkeypatch.setattr(host, "_AT_START", {})
+    monkeypatch.setattr(host, "_code_state", lambda: ("def456", "python other.py"))
+    record = host.provenance()  # no start noted (a library call): the state now, and nothing changed meanwhile
+    assert record["commit"] == "def456" and "commit_at_save" not in record
