@@ -13,6 +13,7 @@ from PIL import Image
 
 from vitlab import runtime
 from vitlab.cli.main import main
+from vitlab.engine.run import RunDir
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("openvino")
@@ -37,8 +38,8 @@ def test_predict_classification_on_a_runtime_equals_torch(trained, capsys, backe
         assert {p["class"] for p in have["top_k"]} == set(probabilities)
         for p in have["top_k"]:
             assert abs(p["probability"] - probabilities[p["class"]]) <= 1e-4
-    if backend == "onnxruntime":  # the graph is kept in the run for the next call
-        assert list((trained["cls"] / "runtime").glob("last-*.onnx"))
+    if backend == "onnxruntime":  # the graph of the weights predict reads by default is kept for the next call
+        assert list((trained["cls"] / "runtime").glob(f"{RunDir(trained['cls']).kept_weights('best')}-*.onnx"))
 
 
 @pytest.mark.slow

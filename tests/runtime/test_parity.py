@@ -1,6 +1,8 @@
 """Every family on every runtime gives the torch model's own outputs, to 1e-4: the same weights, the same inputs,
 the torch module as the reference. Small variants of each family's preset keep the exports to seconds."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -168,3 +170,18 @@ def test_compile_serves_every_batch_from_one_graph_and_leaves_the_callers_tensor
         assert_same(engine.named(x), reference("vit", model, (x,)))
         assert not hasattr(x, "_dynamo_weak_dynamic_indices")
     assert counters["stats"]["unique_graphs"] - before == 1
+
+
+def test_a_runs_cached_graphs_are_named_by_the_weights_and_the_graph_format(tmp_path, monkeypatch):
+    """A graph cached by a vitlab that wrote an older form is not reused: the name carries GRAPH_FORMAT."""
+    from vitlab.runtime import export
+
+    weights = tmp_path / "last.safetensors"
+    weights.write_bytes(b"")
+    folder, name = export.run_cache(tmp_path, "last")
+    assert folder == tmp_path / "runtime" and name.startswith("last-") and name.endswith(f"-g{export.GRAPH_FORMAT}")
+    os.utime(weights, (1, 1))
+    assert export.run_cache(tmp_path, "last")[1] != name  # new weights: new graphs
+    newer = export.run_cache(tmp_path, "last")[1]
+    monkeypatch.setattr(export, "GRAPH_FORMAT", export.GRAPH_FORMAT + 1)
+    assert export.run_cache(tmp_path, "last")[1] != newer  # a new graph form: new graphs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import add_weights_flag
+from .options import SELECTED_WEIGHTS, add_weights_flag
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -25,17 +25,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="how rollout combines the heads of a layer (default: mean)")
     p.add_argument("--discard-ratio", type=float, default=0.0,
                    help="share of the lowest attentions zeroed in each row before rollout (default: 0.0)")
-    add_weights_flag(p, "last", "last")
+    add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.set_defaults(run=run_attention)
 
     q = subparsers.add_parser("inspect", help="position-embedding similarity and patch-filter components")
     q.add_argument("run_dir", metavar="RUN_DIR", help="run folder from `vitlab train` (or a vitlab .safetensors)")
     q.add_argument("--out", required=True, help="folder for the PNG files (default: none, required)")
-    add_weights_flag(q, "last", "last")
+    add_weights_flag(q, None, SELECTED_WEIGHTS)
     q.set_defaults(run=run_inspect)
 
 
-def _model_and_data(run_dir: str, weights: str):
+def _model_and_data(run_dir: str, weights: str | None):
+    from ..engine.run import RunDir
     from ..interop import load_model
     from ..tasks import load_run
 
@@ -46,7 +47,7 @@ def _model_and_data(run_dir: str, weights: str):
         size = c.img_size if isinstance(c.img_size, int) else c.img_size[0]
         return model, {"img_size": size, "channels": c.in_chans, "mean": [0.5] * c.in_chans,
                        "std": [0.5] * c.in_chans}
-    model, info = load_run(run_dir, weights)
+    model, info = load_run(run_dir, weights or RunDir(run_dir).kept_weights("best"))
     return model, info["data"]
 
 

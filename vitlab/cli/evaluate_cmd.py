@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import add_task_options, add_weights_flag, task_options
+from .options import SELECTED_WEIGHTS, add_task_options, add_weights_flag, task_options
 from .runtime_flags import add_runtime_flags, on_runtime
 
 FIELDS: list[str] = []
@@ -19,7 +19,7 @@ FIELDS: list[str] = []
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="evaluate a trained run on its test data (or other data)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
-    add_weights_flag(p, None, "best, the one selected on validation data; last where the run kept no best")
+    add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--split", choices=["test", "val"], default="test",
                    help="which part of the run's data to score (default: test; the validation part where the data "
                         "has no test part, and the answer says so)")

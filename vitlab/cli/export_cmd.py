@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from .options import add_weights_flag
+from .options import SELECTED_WEIGHTS, add_weights_flag
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    ".pt2) (default: onnx)")
     p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx, model.xml or model.pt2; a release: "
                    "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx)")
-    add_weights_flag(p, "last", "last, for a run folder")
+    add_weights_flag(p, None, f"for a run folder, {SELECTED_WEIGHTS}")
     p.add_argument("--task", help="a restoration run: the degradation to export, e.g. sr2 (default: every one)")
     p.add_argument("--no-optimize", action="store_true", help="ONNX: write the graph as exported (default: a "
                    "ViT's GELU fused with its bias, each attention one MultiHeadAttention node, for onnxruntime)")
@@ -27,6 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine.run import RunDir
     from ..interop import load_model
     from ..interop.convert import model_from_checkpoint
     from ..interop.hub import names_remote_weights
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         model = model_from_checkpoint(args.source).eval()
         default_out = Path(re.sub(r"[^A-Za-z0-9_.-]+", "_", args.source.removeprefix("hf-hub:")) + FORMATS[args.format])
     elif source.is_dir():
-        model = load_run_model(source, args.weights)
+        model = load_run_model(source, args.weights or RunDir(source).kept_weights("best"))
         default_out = source / f"model{FORMATS[args.format]}"
     elif source.is_file():
         model = load_model(source).eval()

@@ -44,6 +44,9 @@ WEIGHTS_HELP = ("the run's last, best or ema checkpoint, or other weights for th
                 "tag (vitlab models --pretrained) or hf-hub:org/name[@revision]")
 
 
+SELECTED_WEIGHTS = "best, the one selected on validation data; last where the run kept no best"
+
+
 def add_weights_flag(parser: argparse.ArgumentParser, default: str | None, default_text: str) -> None:
     """`--weights`, as every command that loads a run's model takes it."""
     parser.add_argument("--weights", default=default, metavar="WEIGHTS", help=f"{WEIGHTS_HELP} (default: "

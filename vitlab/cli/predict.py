@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import add_task_options, add_weights_flag, task_options
+from .options import SELECTED_WEIGHTS, add_task_options, add_weights_flag, task_options
 from .runtime_flags import add_runtime_flags, on_runtime
 
 FIELDS: list[str] = []
@@ -19,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="image files (any format Pillow reads), or for a "
                    "seq2seq run source sequences such as \"3 1 4\"")
-    add_weights_flag(p, "last", "last")
+    add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     add_runtime_flags(p)
     FIELDS[:] = add_task_options(p, "PredictOptions")
@@ -27,12 +27,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..engine.run import RunDir
     from ..tasks import load_task
     from ..tasks.launch import load_run_model
 
     task, saved = load_task(args.run_dir)
     options = task_options(args, FIELDS, task, "PredictOptions")
     task.options(task.PredictOptions, options)  # bad values refused before the model is loaded
+    args.weights = args.weights or RunDir(args.run_dir).kept_weights("best")
     model = load_run_model(args.run_dir, args.weights)
     if task.python_loop:
         if args.runtime != "torch":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import add_weights_flag
+from .options import SELECTED_WEIGHTS, add_weights_flag
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    f"a restorer's tiles (default: {DEFAULT_SAMPLES})")
     p.add_argument("--out", metavar="DIR", help="where the int8 graphs and the report go (default: RUN_DIR/runtime, "
                    "where --precision int8 finds them)")
-    add_weights_flag(p, None, "best, the one selected on validation data; last where the run kept no best")
+    add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--keep-fp32", action="append", metavar="PATTERN", help="a module path kept in fp32 beside the "
                    "family's own choice, e.g. head or 'blocks.11.*' (repeatable)")
     p.add_argument("--dynamic", action="store_true", help="onnxruntime: no calibration, activations scaled on each "

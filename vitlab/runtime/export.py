@@ -73,14 +73,21 @@ def export_graph(graph: Graph, path: str | os.PathLike, fmt: str = "onnx", optim
     return path
 
 
+# The form of the graphs export_graph writes, in the names of the graphs a run caches: a vitlab that writes them
+# differently (version 2: a ViT's attention in one MultiHeadAttention op, no SkipLayerNormalization) exports them
+# again instead of reusing the older, slower form.
+GRAPH_FORMAT = 2
+
+
 def run_cache(run_dir: str | os.PathLike, weights: str, source: str | os.PathLike | None = None
               ) -> tuple[Path, str]:
-    """Where a run's runtime graphs are kept, and their name prefix: a new checkpoint gets new graphs. `source`:
-    the file of weights from outside the run (a release's, in the hub cache), whose name is made a file name."""
+    """Where a run's runtime graphs are kept, and their name prefix: a new checkpoint, or a new GRAPH_FORMAT, gets
+    new graphs. `source`: the file of weights from outside the run (a release's, in the hub cache), whose name is
+    made a file name."""
     path = Path(source) if source is not None else Path(run_dir) / f"{weights}.safetensors"
     stamp = int(path.stat().st_mtime)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", weights) if source is not None else weights
-    return Path(run_dir) / "runtime", f"{name}-{stamp}"
+    return Path(run_dir) / "runtime", f"{name}-{stamp}-g{GRAPH_FORMAT}"
 
 
 def export_model(model: nn.Module, path: str | os.PathLike, fmt: str = "onnx", task: int | str | None = None,
