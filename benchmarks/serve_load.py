@@ -2,6 +2,12 @@
 
     python benchmarks/serve_load.py RUN_DIR [RUN_DIR ...]          # 200 requests from 8 clients
     python benchmarks/serve_load.py runs/fm --requests 400 --clients 16 --workers 2
+    python benchmarks/serve_load.py --train-runs runs/serve --separately   # the documented table, from nothing
+
+--train-runs DIR trains the five runs of the documented table into DIR first (those missing there): the presets of
+the serving guide's screenshots (vit_tiny_patch7_28, deformable_detr_small, setr_naive_small, vqgan_small and
+gpt_prior_small), each for a few optimizer steps. What a request costs depends on the architecture and the image,
+not on what the weights learned, so short runs measure the server as well as long ones.
 
 The server is `vitlab serve RUN_DIR... --port P` in a process of its own (the page included, as users start it).
 Each run contributes its example images (a prior: samples of class 0); the requests go round those jobs. First
@@ -152,6 +158,39 @@ def start_server(run_dirs: list[str], port: int, workers: int, page: bool = True
     raise RuntimeError("vitlab serve did not start in 5 minutes")
 
 
+# (name, `vitlab train` arguments) of the documented table's runs; {data} is the scenes folder, {runs} the runs'
+TRAINED_RUNS = (
+    ("cls", ["--model", "vit_tiny_patch7_28"]),
+    ("deformable", ["--task", "detection", "--model", "deformable_detr_small", "--data", "{data}",
+                    "--batch-size", "4"]),
+    ("setr", ["--task", "segmentation", "--model", "setr_naive_small", "--data", "{data}", "--batch-size", "4"]),
+    ("vqgan", ["--task", "vqgan", "--model", "vqgan_small", "--eval-images", "0"]),
+    ("prior", ["--task", "prior", "--model", "gpt_prior_small", "--vqgan", "{runs}/vqgan", "--eval-samples", "0"]),
+)
+
+
+def train_runs(folder: Path, steps: int = 20) -> list[str]:
+    """The documented table's runs in `folder`, each trained for `steps` steps where it is not there yet (a run
+    with its best weights is kept); the scenes they need are made there too. Returns the run folders in order."""
+    from vitlab.cli.main import main as vitlab
+
+    folder.mkdir(parents=True, exist_ok=True)
+    scenes = folder / "scenes"
+    made = (scenes / "annotations").is_dir() or vitlab(["make-scenes", "--out", str(scenes), "--train", "64",
+                                                        "--val", "16", "--test", "16"]) == 0
+    if not made:
+        raise RuntimeError("vitlab make-scenes failed")
+    runs = []
+    for name, arguments in TRAINED_RUNS:
+        run = folder / name
+        if not (run / "best.safetensors").is_file():
+            arguments = [a.format(data=scenes, runs=folder) for a in arguments]
+            if vitlab(["train", *arguments, "--steps", str(steps), "--out", str(run), "--overwrite"]) != 0:
+                raise RuntimeError(f"vitlab train failed for {name}: {' '.join(arguments)}")
+        runs.append(str(run))
+    return runs
+
+
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
         if line.startswith("model name"):
@@ -185,7 +224,10 @@ def main(argv: list[str] | None = None) -> dict:
     from vitlab.serve.server import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
+    parser.add_argument("--train-runs", type=Path, metavar="DIR", help="train the documented table's five runs "
+                        "into DIR first (a few steps each; those already there are kept) and load those")
+    parser.add_argument("--train-steps", type=int, default=20, help="steps of each run --train-runs trains")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
@@ -196,6 +238,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
+    if args.train_runs:
+        args.run_dirs = args.run_dirs or train_runs(args.train_runs, args.train_steps)
+    if not args.run_dirs:
+        parser.error("name the run folders to serve, or --train-runs DIR to train the documented ones there")
 
     sets = [(args.run_dirs, True)]
     if args.separately:
