@@ -4,9 +4,10 @@
     python benchmarks/vqgan_fashion_mnist.py --quick                  # a smoke run on the 200-image test slice
 
 Stage 1 is `vitlab train --task vqgan --model vqgan_small` (the task's recipe: Adam β = (0.5, 0.9), lr 2e-4,
-batches of 64, the GAN term from --disc-start), evaluated after every epoch on 2,000 test images; stage 2 is
-`vitlab train --task prior --vqgan RUN --classifier RUN` (gpt_prior_small), evaluated after every epoch with 1,000
-class-conditional samples. Both runs are then scored by `vitlab eval` on the whole test set:
+batches of 64, the GAN term from --disc-start), evaluated after every epoch on 2,000 validation images (the task holds
+5,000 training images out); stage 2 is `vitlab train --task prior --vqgan RUN --classifier RUN` (gpt_prior_small),
+evaluated after every epoch with 1,000 class-conditional samples against the validation images. Each run's best
+checkpoint is picked on those; both are then scored once by `vitlab eval` on the whole test set:
 
 - reconstruction PSNR and SSIM (the 28×28 pixels of the data, the padding cropped off), codebook usage and
   perplexity;

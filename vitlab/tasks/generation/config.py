@@ -36,8 +36,8 @@ class VQGANTaskConfig:
     perceptual_weight: float = option(0.0, PERCEPTUAL_HELP)
     disc_start: int = option(2000, "optimizer step at which the discriminator and the GAN term start")
     disc_weight: float = option(0.8, "factor on the adaptive GAN weight λ (taming's default)")
-    eval_images: int = option(2000, "test images scored at each evaluation during training (0: all; `vitlab eval` "
-                              "scores all)")
+    eval_images: int = option(2000, "validation images scored at each evaluation during training, which selects "
+                              "the best checkpoint (0: all; `vitlab eval` scores the whole test set)")
     skip_bad_images: bool = option(False, "a folder: skip unreadable images (counted) instead of stopping")
 
     def __post_init__(self) -> None:
