@@ -57,17 +57,17 @@ def train(run_dir: Path, reuse: bool, **options) -> dict:
 
 
 def table_of(record: dict) -> str:
-    """Each student's test accuracy after every epoch of every seed and its final mean, and the teacher's, from
-    what deit_distillation.json records."""
-    lines = ["| student | teacher | test accuracy after each epoch (one list per seed) | final, mean ± half-range |",
-             "| --- | --- | --- | --- |"]
+    """Each student's validation accuracy after every epoch of every seed and the test accuracy of its selected
+    checkpoint (mean over seeds), and the teacher's, from what deit_distillation.json records."""
+    lines = ["| student | teacher | validation accuracy after each epoch (one list per seed) | test accuracy of the "
+             "selected checkpoint, mean ± half-range |", "| --- | --- | --- | --- |"]
     teacher = record["teacher"]
     for row in record["table"]:
         runs = sorted((run for run in record["runs"] if run["kind"] == row["kind"]), key=lambda run: run["seed"])
-        curves = "; ".join(", ".join(f"{100 * acc:.1f}" for acc in run["curve"]) for run in runs)
+        curves = "; ".join(", ".join(f"{100 * acc:.1f}" for acc in run["val_curve"]) for run in runs)
         distilled = f"{row['kind']}, {teacher['model']}" if row["kind"] != "none" else "none"
         lines.append(f"| {row['model']} | {distilled} | {curves} | {row['mean']:.2f} ± {row['spread']:.2f} % |")
-    curve = ", ".join(f"{100 * acc:.1f}" for acc in teacher["curve"])
+    curve = ", ".join(f"{100 * acc:.1f}" for acc in teacher["val_curve"])
     lines.append(f"| teacher {teacher['model']} | — | {curve} | {100 * teacher['test_acc']:.2f} % |")
     return "\n".join(lines)
 
