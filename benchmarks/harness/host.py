@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import platform
 import shlex
@@ -40,9 +41,9 @@ def cpu_and_isa(machine: dict) -> str:
     return f"{machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'})"
 
 
-def _code_state() -> tuple[str, str]:
-    """(commit, command): the commit checked out (with "+changes" where the working tree differs from it) and the
-    command line of this process."""
+def _code_state() -> tuple[str, str, str]:
+    """(commit, command, edits): the commit checked out (with "+changes" where the working tree differs from it),
+    the command line of this process, and a digest of the working tree's differences from the commit."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
@@ -53,12 +54,15 @@ def _code_state() -> tuple[str, str]:
 
     commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
     # results files written by earlier runs are not a change to the code that measures
-    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"):
+    code = ("--", ".", ":(exclude)benchmarks/results")
+    edits = git("diff", "HEAD", *code)
+    if edits or git("status", "--porcelain", "--untracked-files=no", *code):
         commit += "+changes"
-    return commit, "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
+    command = "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
+    return commit, command, hashlib.sha1(edits.encode()).hexdigest()[:12]
 
 
-_AT_START: dict[str, tuple[str, str]] = {}
+_AT_START: dict[str, tuple[str, str, str]] = {}
 
 
 def note_start() -> None:
@@ -71,12 +75,13 @@ def provenance(device: str = "cpu", beside: str | None = "nothing") -> dict:
     """What a results file records beside its numbers: the command that made it, the commit it ran (with
     "+changes" where the working tree differed), the machine with its ISA (`cpu_capability`), and what else ran on
     the machine meanwhile (`beside`, the script's --beside: add_beside_option). The commit is the one at the start
-    (note_start), where the script noted it; `commit_at_save` is added when the code changed meanwhile."""
+    (note_start), where the script noted it; `commit_at_save` is added when the code changed meanwhile (another
+    commit, or other edits to the working tree)."""
     now = _code_state()
-    commit, command = _AT_START.get("state", now)
+    commit, command, edits = _AT_START.get("state", now)
     record = {"command": command, "commit": commit, "machine": machine(device), "beside": beside}
-    if now[0] != commit:
-        record["commit_at_save"] = now[0]
+    if (now[0], now[2]) != (commit, edits):
+        record["commit_at_save"] = now[0] if now[0] != commit else f"{now[0]}, the working tree edited meanwhile"
     return record
 
 

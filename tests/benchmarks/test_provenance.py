@@ -175,7 +175,7 @@ def test_the_commit_is_the_one_the_run_started_from(monkeypatch):
 
     from benchmarks.harness import host
 
-    states = iter([("abc123", "python bench.py --x"), ("abc123+changes", "python bench.py --x")])
+    states = iter([("abc123", "python bench.py --x", "e0"), ("abc123+changes", "python bench.py --x", "e1")])
     monkeypatch.setattr(host, "_AT_START", {})
     monkeypatch.setattr(host, "_code_state", lambda: next(states))
     host.add_beside_option(argparse.ArgumentParser())  # the script starts: the state is noted once
@@ -184,6 +184,13 @@ def test_the_commit_is_the_one_the_run_started_from(monkeypatch):
     assert record["commit_at_save"] == "abc123+changes"
 
     monkeypatch.setattr(host, "_AT_START", {})
-    monkeypatch.setattr(host, "_code_state", lambda: ("def456", "python other.py"))
+    monkeypatch.setattr(host, "_code_state", lambda: ("def456", "python other.py", "e0"))
     record = host.provenance()  # no start noted (a library call): the state now, and nothing changed meanwhile
     assert record["commit"] == "def456" and "commit_at_save" not in record
+
+    # started from an edited tree and edited again: the same "+changes", other edits
+    states = iter([("def456+changes", "python b.py", "e1"), ("def456+changes", "python b.py", "e2")])
+    monkeypatch.setattr(host, "_AT_START", {})
+    monkeypatch.setattr(host, "_code_state", lambda: next(states))
+    host.note_start()
+    assert host.provenance()["commit_at_save"] == "def456+changes, the working tree edited meanwhile"
