@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 
 from vitlab.cli.main import main
+from vitlab.engine.run import RunDir
 from vitlab.interop import load_model
 
 pytestmark = pytest.mark.slow
@@ -117,7 +118,7 @@ def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, tmp_path, capsy
     assert "--top-k is not an option of a brightness run; it takes --scale" in capsys.readouterr().err
     assert main(["predict", str(run), str(path), "--json", "--scale", "2"]) == 0
     doubled = out_json(capsys)[0]["brightness"]
-    model = load_model(run / "last.safetensors").eval()
+    model = load_model(run / f"{RunDir(run).kept_weights('best')}.safetensors").eval()  # what predict reads
     with torch.no_grad():
         expected = float(model(torch.full((1, 1, 28, 28), 128 / 255))[0, 0])
     assert doubled == pytest.approx(2 * expected, rel=1e-5)

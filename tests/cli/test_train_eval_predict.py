@@ -16,6 +16,7 @@ from PIL import Image
 from vitlab.cli.main import main
 from vitlab.data import load_fashion_mnist
 from vitlab.data.fashion_mnist import FASHION_MNIST_MEAN, FASHION_MNIST_STD
+from vitlab.engine.run import RunDir
 from vitlab.interop import load_model, read_state_dict
 
 MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
@@ -42,7 +43,7 @@ def test_eval_json_equals_accuracy_computed_by_hand(run_dir, capsys):
     assert main(["eval", str(run_dir), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     images, labels = load_fashion_mnist("test", MINI, download=False, strict_counts=False)
-    model = load_model(run_dir / "last.safetensors").eval()
+    model = load_model(run_dir / f"{RunDir(run_dir).kept_weights('best')}.safetensors").eval()  # eval's default
     x = (images[:, None].float() / 255 - FASHION_MNIST_MEAN[0]) / FASHION_MNIST_STD[0]
     with torch.no_grad():
         predicted = model(x).argmax(-1)
@@ -67,7 +68,7 @@ def test_predict_top_k_matches_the_model(run_dir, tmp_path, capsys):
         paths.append(str(path))
     assert main(["predict", str(run_dir), *paths, "--top-k", "3", "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
-    model = load_model(run_dir / "last.safetensors").eval()
+    model = load_model(run_dir / f"{RunDir(run_dir).kept_weights('best')}.safetensors").eval()  # predict's default
     x = (images[:2, None].float() / 255 - FASHION_MNIST_MEAN[0]) / FASHION_MNIST_STD[0]
     with torch.no_grad():
         probs = model(x).softmax(-1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..engine.config import LoopConfig
-from .options import add_config_options, given
+from .options import SELECTED_WEIGHTS, add_config_options, given
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task seq2seq`")
     t.add_argument("text", metavar="INPUT", help='source tokens separated by spaces, e.g. "3 1 4 1 5"')
     t.add_argument("--beam-size", type=int, default=1, help="1: greedy; more: beam search (default: 1)")
-    t.add_argument("--weights", choices=["last", "best"], default="last", help="which checkpoint (default: last)")
+    t.add_argument("--weights", choices=["last", "best"], help=f"which checkpoint (default: {SELECTED_WEIGHTS})")
     t.set_defaults(run=run_translate)
 
 
@@ -43,10 +43,11 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_translate(args: argparse.Namespace) -> int:
+    from ..engine.run import RunDir
     from ..tasks.seq2seq import load_seq2seq_run, translate
 
     if args.beam_size < 1:
         raise ValueError(f"--beam-size must be at least 1, got {args.beam_size}")
-    model, problem = load_seq2seq_run(args.run_dir, args.weights)
+    model, problem = load_seq2seq_run(args.run_dir, args.weights or RunDir(args.run_dir).kept_weights("best"))
     print(" ".join(translate(model, problem, args.text, beam_size=args.beam_size)))
     return 0
