@@ -164,7 +164,7 @@ TRAINED_RUNS = (
     ("deformable", ["--task", "detection", "--model", "deformable_detr_small", "--data", "{data}",
                     "--batch-size", "4"]),
     ("setr", ["--task", "segmentation", "--model", "setr_naive_small", "--data", "{data}", "--batch-size", "4"]),
-    ("vqgan", ["--task", "vqgan", "--model", "vqgan_small", "--eval-images", "0"]),
+    ("vqgan", ["--task", "vqgan", "--model", "vqgan_small", "--eval-images", "200"]),
     ("prior", ["--task", "prior", "--model", "gpt_prior_small", "--vqgan", "{runs}/vqgan", "--eval-samples", "0"]),
 )
 
@@ -238,8 +238,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
+    if args.train_runs and args.run_dirs:
+        parser.error("give run folders or --train-runs DIR, not both")
     if args.train_runs:
-        args.run_dirs = args.run_dirs or train_runs(args.train_runs, args.train_steps)
+        args.run_dirs = train_runs(args.train_runs, args.train_steps)
     if not args.run_dirs:
         parser.error("name the run folders to serve, or --train-runs DIR to train the documented ones there")
 

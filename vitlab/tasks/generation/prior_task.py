@@ -1,12 +1,13 @@
 """VQGAN stage 2 on the loop: a transformer prior over the codes of a trained, frozen VQGAN (models/gpt_prior.py).
 
-The VQGAN run's training and test images are encoded once, at the start, into code sequences (row by row); the
-prior learns them by next-code cross-entropy, conditioned on the class through its start token. A batch is
-(codes (B, L) int64, labels (B,)).
+The VQGAN run's training, validation and test images are encoded once, at the start, into code sequences (row by
+row); the prior learns them by next-code cross-entropy, conditioned on the class through its start token. A batch
+is (codes (B, L) int64, labels (B,)).
 
-Evaluation: the test codes' cross-entropy (`test_loss`, nats per code, which picks the best checkpoint) and, with a
-`--classifier` run, the FID of `eval_samples` class-conditional samples against the test images, the floor
-FID(train, test), and the samples' class accuracy (metrics.py).
+Evaluation, on the part scored (validation during training, the test set once at the end): the codes'
+cross-entropy (nats per code; `val_loss` picks the best checkpoint) and, with a `--classifier` run, the FID of
+`eval_samples` class-conditional samples against that part's images, the floor FID(train, that part), and the
+samples' class accuracy (metrics.py).
 """
 
 from __future__ import annotations
