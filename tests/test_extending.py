@@ -123,7 +123,7 @@ def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, tmp_path, capsy
         expected = float(model(torch.full((1, 1, 28, 28), 128 / 255))[0, 0])
     assert doubled == pytest.approx(2 * expected, rel=1e-5)
 
-    app = create_app(load_runs([run], weights="last"), page=False)
+    app = create_app(load_runs([run]), page=False)  # best, as predict above
     with TestClient(app) as client:
         listed = client.get("/api/runs").json()["runs"][0]
         assert listed["task"] == "brightness" and listed["options"] == {}
