@@ -55,8 +55,8 @@ def _code_state() -> tuple[str, str, str]:
     commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
     # results files written by earlier runs are not a change to the code that measures
     code = ("--", ".", ":(exclude)benchmarks/results")
-    edits = git("diff", "HEAD", *code)
-    if edits or git("status", "--porcelain", "--untracked-files=no", *code):
+    edits = git("diff", "HEAD", *code)  # staged and unstaged changes to tracked files alike
+    if edits:
         commit += "+changes"
     command = "python " + shlex.join([os.path.relpath(sys.argv[0], root), *sys.argv[1:]])
     return commit, command, hashlib.sha1(edits.encode()).hexdigest()[:12]
