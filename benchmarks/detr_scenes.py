@@ -220,8 +220,6 @@ def table_of(record: dict) -> str:
     """benchmarks/results/detr_scenes.md from what the results file records (benchmarks/report.py renders it the
     same way): val AP50 every 10 minutes of training (the latest evaluation by then, its minute in brackets), each
     detector at the end of its run, and the machine."""
-    from benchmarks.harness import cpu_and_isa
-
     results, budget = record["results"], record["budget_min"]
     minutes = list(range(10, int(budget) + 1, 10))
     lines = ["| val AP50 by training minute | " + " | ".join(str(m) for m in minutes) + " |",
@@ -244,10 +242,24 @@ def table_of(record: dict) -> str:
         lines += ["", f"The pretrained backbone: `{pretraining['model']}`, {pretraining['epochs']} epoch of "
                       f"{pretraining['data']}, {pretraining['train_min']:.1f} min, test accuracy "
                       f"{100 * pretraining['test_acc']:.2f} %."]
-    machine = record["machine"]
-    lines += ["", f"{cpu_and_isa(machine)}, "
-                  f"{machine['threads']} threads, torch {machine['torch']}, fp32"]
+    machines = {key: machine_of(result, record["machine"]) for key, result in results.items()}
+    if len(set(machines.values())) == 1:
+        lines += ["", next(iter(machines.values()))]
+    else:  # runs measured on different machines: their minutes compare within a machine only
+        lines += ["", "Each detector's machine: minutes compare between detectors measured on one machine only."]
+        lines += [""] + [f"- {NAMES.get(key, key)}: {where}" for key, where in machines.items()]
     return "\n".join(lines) + "\n"
+
+
+def machine_of(result: dict, fallback: dict) -> str:
+    """'AMD EPYC (AVX2), 2 threads, torch 2.14.1, fp32': the machine a detector's run recorded (its own provenance; the
+    file's machine for a run that recorded none), or what its measurers wrote where the run predates provenance."""
+    from benchmarks.harness import cpu_and_isa
+
+    machine = result.get("provenance", {}).get("machine", fallback)
+    if isinstance(machine, str):
+        return machine
+    return f"{cpu_and_isa(machine)}, {machine['threads']} threads, torch {machine['torch']}, fp32"
 
 
 def plot(results: dict[str, dict], path: Path, budget_min: float) -> None:
