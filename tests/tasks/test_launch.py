@@ -1,5 +1,6 @@
-"""From options to runs: a run's length in optimizer steps for a task with epochs, options checked against the
-chosen task, and run folders written before tasks shared one loop still evaluated."""
+"""From options to runs and back: a run's length in optimizer steps for a task with epochs, options checked
+against the chosen task, run folders written before tasks shared one loop still evaluated, and the weights a run
+loads by default."""
 
 import json
 
@@ -80,3 +81,26 @@ def test_a_seq2seq_run_of_the_earlier_layout_still_translates(tmp_path, capsys):
     (run / "config.json").write_text(json.dumps(old))
     assert main(["translate", str(run), "1 2 3"]) == 0
     assert all(token in problem.vocab.symbols for token in capsys.readouterr().out.split())
+
+
+def test_a_run_loads_its_selected_weights_by_default_and_its_last_without_a_best(tmp_path):
+    from vitlab import runtime
+    from vitlab.tasks.launch import load_run_model
+
+    run = tmp_path / "run"
+    train(**tiny_options(run, epochs=1))
+    best = RunDir(run).load_model("last")
+    with torch.no_grad():
+        for parameter in best.parameters():
+            parameter.add_(0.01)  # a best that differs from the last weights
+    RunDir(run).save_weights("best", best)
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        expected, last = best(x), RunDir(run).load_model("last")(x)
+        torch.testing.assert_close(load_run_model(run)(x), expected)
+        torch.testing.assert_close(runtime.load(run)(x), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(load_run_model(run, "last")(x), last)  # a name asked for is what loads
+        (run / "best.safetensors").unlink()  # a run that kept no best: its last
+        torch.testing.assert_close(load_run_model(run)(x), last)
+        with pytest.raises(FileNotFoundError):
+            load_run_model(run, "best")

@@ -96,10 +96,18 @@ def test_tiny_run_writes_its_folder_and_resumes_exactly(tmp_path):
     for key in first:
         torch.testing.assert_close(first[key], second[key], atol=0, rtol=0)
 
-    model, task = load_seq2seq_run(run)
+    from vitlab.engine.run import RunDir
     from vitlab.interop import load_model  # the weights file carries its config, like a ViT's
 
-    torch.testing.assert_close(load_model(run / "last.safetensors").state_dict(), model.state_dict())
+    last = load_model(run / "last.safetensors")
+    best = load_model(run / "last.safetensors")
+    with torch.no_grad():
+        for parameter in best.parameters():
+            parameter.add_(0.01)  # a best that differs from the last weights
+    RunDir(run).save_weights("best", best)
+    model, task = load_seq2seq_run(run)  # the run's selected weights by default, as `vitlab translate` reads them
+    torch.testing.assert_close(model.state_dict(), best.state_dict())
+    torch.testing.assert_close(load_seq2seq_run(run, "last")[0].state_dict(), last.state_dict())
     assert all(token in task.vocab.symbols for token in translate(model, task, "1 2 3"))
     with pytest.raises(ValueError, match="already holds a run"):
         train_seq2seq(tiny(run))

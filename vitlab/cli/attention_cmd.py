@@ -36,7 +36,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _model_and_data(run_dir: str, weights: str | None):
-    from ..engine.run import RunDir
     from ..interop import load_model
     from ..tasks import load_run
 
@@ -47,7 +46,7 @@ def _model_and_data(run_dir: str, weights: str | None):
         size = c.img_size if isinstance(c.img_size, int) else c.img_size[0]
         return model, {"img_size": size, "channels": c.in_chans, "mean": [0.5] * c.in_chans,
                        "std": [0.5] * c.in_chans}
-    model, info = load_run(run_dir, weights or RunDir(run_dir).kept_weights("best"))
+    model, info = load_run(run_dir, weights)
     return model, info["data"]
 
 

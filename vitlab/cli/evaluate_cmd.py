@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     task, saved = load_task(args.run_dir)
     options = task_options(args, FIELDS, task, "EvalOptions")
     run_dir = RunDir(args.run_dir)
-    args.weights = args.weights or run_dir.kept_weights("best")
+    args.weights = run_dir.selected_weights(args.weights)
     model = load_run_model(run_dir.path, args.weights)
     if task.python_loop:
         if args.runtime != "torch" or args.precision != "fp32":

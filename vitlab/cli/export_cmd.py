@@ -27,7 +27,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.run import RunDir
     from ..interop import load_model
     from ..interop.convert import model_from_checkpoint
     from ..interop.hub import names_remote_weights
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         model = model_from_checkpoint(args.source).eval()
         default_out = Path(re.sub(r"[^A-Za-z0-9_.-]+", "_", args.source.removeprefix("hf-hub:")) + FORMATS[args.format])
     elif source.is_dir():
-        model = load_run_model(source, args.weights or RunDir(source).kept_weights("best"))
+        model = load_run_model(source, args.weights)
         default_out = source / f"model{FORMATS[args.format]}"
     elif source.is_file():
         model = load_model(source).eval()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import add_weights_flag
+from .options import SELECTED_WEIGHTS, add_weights_flag
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the draws (default: 0)")
     p.add_argument("--no-cache", dest="use_cache", action="store_false", help="recompute the whole prefix at every "
                    "step instead of keeping keys and values (the same samples, slower) (default: cache)")
-    add_weights_flag(p, "best", "best")
+    add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--out", metavar="PNG", required=True, help="the picture to write")
     p.add_argument("--json", action="store_true", help="print the result as JSON (default: text)")
     p.set_defaults(run=run_sample)
@@ -34,18 +34,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("images", metavar="IMAGE", nargs="+", help="image files (any format Pillow reads), resized to the "
                    "run's images")
     r.add_argument("--out", metavar="DIR", required=True, help="write NAME_reconstruction.png (input | output) here")
-    add_weights_flag(r, "best", "best")
+    add_weights_flag(r, None, SELECTED_WEIGHTS)
     r.add_argument("--json", action="store_true", help="print the results as JSON (with the code grid) "
                    "(default: text)")
     r.set_defaults(run=run_reconstruct)
 
 
-def _load(run_dir: str, which: str, command: str):
+def _load(run_dir: str, which: str | None, command: str):
     from ..engine.run import RunDir
     from ..tasks.launch import load_run_model, load_task_for
 
     task, saved = load_task_for(run_dir, command)
-    which = RunDir(run_dir).kept_weights(which)
+    which = RunDir(run_dir).selected_weights(which)
     return task, load_run_model(run_dir, which), saved
 
 

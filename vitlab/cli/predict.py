@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     task, saved = load_task(args.run_dir)
     options = task_options(args, FIELDS, task, "PredictOptions")
     task.options(task.PredictOptions, options)  # bad values refused before the model is loaded
-    args.weights = args.weights or RunDir(args.run_dir).kept_weights("best")
+    args.weights = RunDir(args.run_dir).selected_weights(args.weights)
     model = load_run_model(args.run_dir, args.weights)
     if task.python_loop:
         if args.runtime != "torch":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import add_weights_flag
+from .options import SELECTED_WEIGHTS, add_weights_flag
 from .runtime_flags import add_runtime_flags, on_runtime
 
 
@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overlap", type=int, help="pixels neighbouring tiles share (default: the run's)")
     p.add_argument("--blend", choices=BLENDS, help="how overlapping tiles combine: window, centre or mean (default: "
                    "the run's)")
-    add_weights_flag(p, "best", "best")
+    add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     add_runtime_flags(p)
     p.set_defaults(run=run)
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
                                                  ("blend", args.blend))
                if value is not None}
     task.config = dataclasses.replace(task.config, **changes)
-    which = RunDir(args.run_dir).kept_weights(args.weights)
+    which = RunDir(args.run_dir).selected_weights(args.weights)
     model = on_runtime(load_run_model(args.run_dir, which), args, args.run_dir, which)
     results = task.predict(model, saved, args.images, out=args.out, degradation=args.degradation,
                            reference=args.reference)

@@ -43,11 +43,10 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    from ..engine.run import RunDir
     from ..tasks.seq2seq import load_seq2seq_run, translate
 
     if args.beam_size < 1:
         raise ValueError(f"--beam-size must be at least 1, got {args.beam_size}")
-    model, problem = load_seq2seq_run(args.run_dir, args.weights or RunDir(args.run_dir).kept_weights("best"))
+    model, problem = load_seq2seq_run(args.run_dir, args.weights)
     print(" ".join(translate(model, problem, args.text, beam_size=args.beam_size)))
     return 0

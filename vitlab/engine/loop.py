@@ -374,7 +374,7 @@ class _Loop:
         kept no best) scored on `data.test`, appended as the run's last row. {} when the data has no test part."""
         if self.data.test is None:
             return {}
-        which = self.run_dir.kept_weights("best")
+        which = self.run_dir.selected_weights()
         weights = self.run_dir.read_weights(which)
         trained = {key: value.clone() for key, value in self.model.state_dict().items()}
         self.model.load_state_dict(weights)

@@ -2,8 +2,9 @@
 
     config.json        the task, its config, the loop's config and what the task records about its data
     metrics.jsonl      one JSON object per evaluation (step, epoch, learning rate, training and held-out metrics)
-    last.safetensors   the weights after the latest evaluation, with the model's config (what eval/predict read)
-    best.safetensors   the weights of the best evaluation by the task's metric
+    last.safetensors   the weights after the latest evaluation, with the model's config
+    best.safetensors   the weights of the best evaluation by the task's metric (what eval, predict and the loaders
+                       read by default: selected_weights)
     ema.safetensors    the exponential moving average of the weights, when the run keeps one
     state.pt           what `--resume` needs: model, optimizers, schedules, scaler, EMA, step, RNG streams
     curves.png         the metrics against epochs (or steps)
@@ -71,6 +72,12 @@ class RunDir:
         if which not in WEIGHT_NAMES:
             return which
         return which if self.weights_file(which).is_file() else "last"
+
+    def selected_weights(self, which: str | None = None) -> str:
+        """The weights to load: `which` as given, or for None the ones the run selected — best (chosen on
+        validation data) where it kept them, else last. What the loaders and commands default to, and what the
+        test data is scored with."""
+        return which if which is not None else self.kept_weights("best")
 
     # -- starting and finding runs ----------------------------------------------------------------------------
     def holds_run(self) -> bool:

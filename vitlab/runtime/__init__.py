@@ -242,10 +242,11 @@ def runtime_model(model: nn.Module, backend: str = "torch", precision: str = "fp
                    cache_dir=Path(cache_dir) if cache_dir else None, cache_name=cache_name, family=graph.family)
 
 
-def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str = "last",
+def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str | None = None,
          precision: str | None = None, threads: int | None = None) -> Runtime:
     """A run folder, a vitlab .safetensors file, a vitlab model, or a file from `vitlab export` or `vitlab quantize`
     (.onnx, .xml, .pt2) on `backend` (default: torch; for an exported file, the runtime it was written for).
+    `weights`: a run's last, best or ema (default: the ones it selected, best where it kept them, else last).
     `precision`: fp32 (default), bf16, or int8 (a run's graphs from `vitlab quantize`, on onnxruntime or
     openvino); an exported file runs in the precision it was written in."""
     if isinstance(run_or_file, nn.Module):
@@ -254,6 +255,7 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     if path.is_dir():
         from ..engine.run import RunDir
 
+        weights = RunDir(path).selected_weights(weights)
         model = RunDir(path).load_model(weights)
         cache_dir, cache_name = run_cache(path, weights)
         return runtime_model(model, backend or "torch", precision or "fp32", threads, cache_dir, cache_name)

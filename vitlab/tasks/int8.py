@@ -28,11 +28,12 @@ from ..runtime.quantize import DEFAULT_SAMPLES, calibration_recorder, cpu_int8_i
 def quantize_run(run_dir: str | Path, backend: str = "onnxruntime", calibration: str | None = None,
                  samples: int = DEFAULT_SAMPLES, out: str | Path | None = None, weights: str | None = None,
                  keep_fp32: list[str] | None = None, dynamic: bool = False) -> dict[str, Any]:
-    """Quantize a run's model (its best weights) for `backend` and measure what it costs on the validation data;
-    the report is returned and written as JSON beside the graphs (`RUN_DIR/runtime/`, or `out`), where
-    `--precision int8` finds them. `calibration`: other data in the run's format (as `vitlab eval --data` takes);
-    `samples`: calibration inputs (images, or a restorer's tiles) per graph; `keep_fp32`: module paths (fnmatch
-    patterns, 'blocks.11.*') kept in fp32 beside the family's own; `dynamic`: no calibration (onnxruntime)."""
+    """Quantize a run's model (`weights`; by default the ones it selected, best else last) for `backend` and measure
+    what it costs on the validation data; the report is returned and written as JSON beside the graphs
+    (`RUN_DIR/runtime/`, or `out`), where `--precision int8` finds them. `calibration`: other data in the run's
+    format (as `vitlab eval --data` takes); `samples`: calibration inputs (images, or a restorer's tiles) per graph;
+    `keep_fp32`: module paths (fnmatch patterns, 'blocks.11.*') kept in fp32 beside the family's own; `dynamic`: no
+    calibration (onnxruntime)."""
     from ..engine.run import RunDir
     from ..runtime import runtime_model
     from ..runtime.export import run_cache
@@ -42,7 +43,7 @@ def quantize_run(run_dir: str | Path, backend: str = "onnxruntime", calibration:
     if task.python_loop:
         raise ValueError(f"a {task.name} run cannot be quantized: {task.python_loop}")
     run = RunDir(run_dir)
-    weights = weights or run.kept_weights("best")
+    weights = run.selected_weights(weights)
     model = load_run_model(run.path, weights)
     cache_dir, cache_name = run_cache(run.path, weights)
     cache_dir = Path(out) if out else cache_dir

@@ -3,7 +3,7 @@
     result = train(data="fashion-mnist", out="runs/fm")                 # the default recipe
     result = train(task="seq2seq", problem="reverse", out="runs/rev")
     resume("runs/fm", epochs=12)                                       # continue, or extend, a stopped run
-    model, task = load_run("runs/fm")
+    model, config = load_run("runs/fm")                                # its best weights, chosen on validation
 
 Options are the fields of the task's config and of the loop's (`LoopConfig`); each is resolved once, in this
 order: what the caller gave, the task's recipe for its data, the dataclass default.
@@ -174,22 +174,26 @@ def load_task_for(run_dir: str | Path, command: str) -> tuple[Task, dict[str, An
     return task, saved
 
 
-def load_run(run_dir: str | Path, which: str = "last") -> tuple[nn.Module, dict[str, Any]]:
-    """The trained model of a run folder (`which`: see `load_run_model`), in eval mode, and its config.json."""
+def load_run(run_dir: str | Path, which: str | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """The trained model of a run folder, in eval mode, and its config.json. `which` weights as `load_run_model`
+    takes them; by default the ones the run selected: best (chosen on validation data) where it kept them, else
+    last."""
     saved = RunDir(run_dir).read_config()
     return load_run_model(run_dir, which), saved
 
 
-def load_run_model(run_dir: str | Path, which: str = "last") -> nn.Module:
-    """A run's model in eval mode with `which` weights: its own `last`, `best` or `ema`, or any other weights for
-    the same model (a file vitlab reads, a release tag, hf-hub:org/name[@revision]), loaded strictly. Weights for
-    another class count or grid are refused here: inference with a fresh head would answer at random."""
+def load_run_model(run_dir: str | Path, which: str | None = None) -> nn.Module:
+    """A run's model in eval mode with `which` weights: its own `last`, `best` or `ema` (None: the ones it
+    selected, best where it kept them, else last: RunDir.selected_weights), or any other weights for the same
+    model (a file vitlab reads, a release tag, hf-hub:org/name[@revision]), loaded strictly. Weights for another
+    class count or grid are refused here: inference with a fresh head would answer at random."""
     import warnings
 
     from ..engine.run import WEIGHT_NAMES
     from ..interop import load_weights
 
     run = RunDir(run_dir)
+    which = run.selected_weights(which)
     if which in WEIGHT_NAMES:
         return run.load_model(which)
     model = run.load_model(run.kept_weights("last"))  # the run's architecture, its config

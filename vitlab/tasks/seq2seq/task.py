@@ -194,11 +194,13 @@ def decode(model: Seq2SeqTransformer, src: torch.Tensor, max_new_tokens: int, be
     return beam_search(model, src, bos_id=BOS, eos_id=EOS, max_new_tokens=max_new_tokens, beam_size=beam_size)
 
 
-def load_seq2seq_run(run_dir: str | Path, which: str = "last") -> tuple[Seq2SeqTransformer, SequenceTask]:
-    """The trained model (in eval mode) and its problem, from a folder written by `vitlab train --task seq2seq`."""
+def load_seq2seq_run(run_dir: str | Path, which: str | None = None) -> tuple[Seq2SeqTransformer, SequenceTask]:
+    """The trained model (in eval mode) and its problem, from a folder written by `vitlab train --task seq2seq`;
+    `which` weights (None: the ones the run selected, RunDir.selected_weights)."""
     from ...engine.run import RunDir
 
     run = RunDir(run_dir)
+    which = run.selected_weights(which)
     if not run.file("config.json").is_file() or not run.weights_file(which).is_file():
         raise FileNotFoundError(f"{run_dir} is not a finished seq2seq run: expected config.json and "
                                 f"{which}.safetensors in it; train one with `vitlab train --task seq2seq --out "
