@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--models", nargs="+", choices=["detr", "detr-pretrained", "fasterrcnn"],
                         default=["detr", "fasterrcnn"])
     parser.add_argument("--data", default="data/scenes", help="the scenes folder (made there if missing)")
-    parser.add_argument("--epochs", type=int, default=16, help="detr_small's epochs (16: about 60 min here)")
+    parser.add_argument("--epochs", type=int, default=16, help="detr_small's epochs (16: 45-50 min on 2 cores)")
     parser.add_argument("--batch-size", type=int, default=4, help="detr_small's batch")
     parser.add_argument("--lr", type=float, default=2e-4, help="detr_small's lr, backbone included")
     parser.add_argument("--dropout", type=float, default=0.0, help="detr_small's dropout")
