@@ -225,8 +225,9 @@ def weights_file(path: str) -> str:
     """A weights file, or a run folder, which stands for its best weights (its last if it kept no best)."""
     folder = Path(path)
     if folder.is_dir() and (folder / CONFIG_FILE).is_file():
-        for name in ("best", "last"):
-            if RunDir(folder).weights_file(name).is_file():
-                return str(RunDir(folder).weights_file(name))
+        run = RunDir(folder)
+        selected = run.weights_file(run.selected_weights())
+        if selected.is_file():
+            return str(selected)
         raise FileNotFoundError(f"{folder} is a run folder without weights yet: it has not finished an epoch")
     return path

@@ -255,8 +255,9 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     if path.is_dir():
         from ..engine.run import RunDir
 
-        weights = RunDir(path).selected_weights(weights)
-        model = RunDir(path).load_model(weights)
+        run = RunDir(path)
+        weights = run.selected_weights(weights)
+        model = run.load_model(weights)
         cache_dir, cache_name = run_cache(path, weights)
         return runtime_model(model, backend or "torch", precision or "fp32", threads, cache_dir, cache_name)
     if path.suffix == ".safetensors":
