@@ -12,8 +12,9 @@ measured there with this recipe (it is the same run, ~48 min), unless detr_small
 same wall-clock time: an epoch of deformable_detr_small takes ~2.7× one of detr_small (four maps of up to 16²
 pixels in the encoder instead of one of 8², and the ResNet's last stage), so it gets 6 epochs to DETR's 16. The
 bar: deformable_detr_small reaches detr_small's final AP50 in at most a third of detr_small's epochs (the paper:
-a tenth, on COCO, from ImageNet weights). Writes benchmarks/results/deformable_detr_scenes.json and .png and
-prints a markdown table. Run one benchmark at a time: the machine has 2 cores.
+a tenth, on COCO, from ImageNet weights). Writes benchmarks/results/deformable_detr_scenes.json, .md (the
+table with each run's machine: the two runs are made one at a time) and .png, and prints the table. Run one
+benchmark at a time: the machine has 2 cores.
 """
 
 from __future__ import annotations
@@ -64,6 +65,14 @@ def markdown(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def table_of(record: dict) -> str:
+    """The results table (benchmarks/report.py renders the pages' copy the same way) and each run's machine: the
+    two runs are filled one at a time, and detr_small's may be detr_scenes.py's, from another session."""
+    from benchmarks.harness import machine_lines
+
+    return "\n".join([markdown(record["results"]), "", *machine_lines(record["results"], record["machine"])]) + "\n"
+
+
 def plot(results: dict[str, dict], path: Path) -> None:
     import matplotlib
 
@@ -102,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--run-dir", help="keep deformable_detr_small's run there (for detr_pictures.py)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch")
     parser.add_argument("--out", default=str(RESULTS / "deformable_detr_scenes.json"))
-    from benchmarks.harness import add_beside_option, machine, provenance, write_json
+    from benchmarks.harness import add_beside_option, machine, provenance, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -125,10 +134,11 @@ def main(argv: list[str] | None = None) -> dict:
     results = {model: results[model] for model in MODELS if model in results}
     table = markdown(results)
     print(table)
-    write_json(out, {"machine": machine(), "data": str(data), "bar": bar(results), "results": results,
-                     "table": table}, beside=args.beside)
+    record = write_json(out, {"machine": machine(), "data": str(data), "bar": bar(results), "results": results,
+                              "table": table}, beside=args.beside)
+    write_table(out.with_suffix(".md"), table_of(record))
     plot(results, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}")
     return results
 
 

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--runs", default=str(RESULTS / "runs" / "denoising_detection"),
                         help="the runs' folders, one per model and variant: a run killed midway continues from its "
                         "last epoch when the command is given again, a finished one is read as it is")
-    from benchmarks.harness import add_beside_option, provenance, write_json
+    from benchmarks.harness import add_beside_option, provenance, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(table)
     previous["table"] = table
     save()
-    out.with_suffix(".md").write_text(table + "\n")
+    write_table(out.with_suffix(".md"), table + "\n")
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}")
     return results

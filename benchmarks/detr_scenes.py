@@ -242,24 +242,9 @@ def table_of(record: dict) -> str:
         lines += ["", f"The pretrained backbone: `{pretraining['model']}`, {pretraining['epochs']} epoch of "
                       f"{pretraining['data']}, {pretraining['train_min']:.1f} min, test accuracy "
                       f"{100 * pretraining['test_acc']:.2f} %."]
-    machines = {key: machine_of(result, record["machine"]) for key, result in results.items()}
-    if len(set(machines.values())) == 1:
-        lines += ["", next(iter(machines.values()))]
-    else:  # runs measured on different machines: their minutes compare within a machine only
-        lines += ["", "Each detector's machine: minutes compare between detectors measured on one machine only."]
-        lines += [""] + [f"- {NAMES.get(key, key)}: {where}" for key, where in machines.items()]
-    return "\n".join(lines) + "\n"
+    from benchmarks.harness import machine_lines
 
-
-def machine_of(result: dict, fallback: dict) -> str:
-    """'AMD EPYC (AVX2), 2 threads, torch 2.14.1, fp32': the machine a detector's run recorded (its own provenance; the
-    file's machine for a run that recorded none), or what its measurers wrote where the run predates provenance."""
-    from benchmarks.harness import cpu_and_isa
-
-    machine = result.get("provenance", {}).get("machine", fallback)
-    if isinstance(machine, str):
-        return machine
-    return f"{cpu_and_isa(machine)}, {machine['threads']} threads, torch {machine['torch']}, fp32"
+    return "\n".join([*lines, "", *machine_lines(results, record["machine"], NAMES)]) + "\n"
 
 
 def plot(results: dict[str, dict], path: Path, budget_min: float) -> None:
@@ -306,7 +291,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "temporary folder)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, seconds of training")
     parser.add_argument("--out", default=str(RESULTS / "detr_scenes.json"))
-    from benchmarks.harness import add_beside_option, provenance, write_json
+    from benchmarks.harness import add_beside_option, provenance, write_json, write_table
     from benchmarks.harness import machine as host_machine
 
     add_beside_option(parser)
@@ -345,7 +330,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "met": bool(reached) and reached[0]["train_min"] <= 60}
     record = write_json(out, {"machine": machine, "data": str(data), "budget_min": args.budget_min, "bar": bar,
                               "results": results, "table": table}, beside=args.beside)
-    out.with_suffix(".md").write_text(table_of(record))
+    write_table(out.with_suffix(".md"), table_of(record))
     plot(results, out.with_suffix(".png"), args.budget_min)
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return results

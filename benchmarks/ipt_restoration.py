@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reuse", nargs="*", default=[], metavar="RUN",
                         help="runs in --keep-runs to keep as they are, not train again (ipt, cnn, single_sr2, ...)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    from benchmarks.harness import add_beside_option, provenance, write_json
+    from benchmarks.harness import add_beside_option, provenance, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict:
         name = "ipt_restoration_quick" if args.quick else "ipt_restoration"
         result = write_json(args.out / f"{name}.json", result, beside=args.beside, indent=1)
         table = markdown(result)
-        (args.out / f"{name}.md").write_text(table + "\n")
+        write_table(args.out / f"{name}.md", table + "\n")
         crops_picture(runs, tasks, args.out / f"{name}_crops.png", args.crop)
         print(table)
     return result

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "SIZE", "BATCH"), help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=2)
-    from benchmarks.harness import add_beside_option, write_json
+    from benchmarks.harness import add_beside_option, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     table = markdown(rows)
     name = "ipt_speed_quick" if args.quick else "ipt_speed"
     write_json(args.out / f"{name}.json", {"rows": rows}, beside=args.beside, indent=1)
-    (args.out / f"{name}.md").write_text(table + "\n")
+    write_table(args.out / f"{name}.md", table + "\n")
     print(table)
     return rows
 

@@ -322,7 +322,7 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "serve_load": _rendered_by("serve_load", "markdown"),
     "setr_memory": _rendered_by("setr_memory", "by_decoder"),
     "setr_scenes": _rendered_by("setr_scenes", "markdown", "results"),
-    "deformable_detr_scenes": _rendered_by("deformable_detr_scenes", "markdown", "results"),
+    "deformable_detr_scenes": _rendered_by("deformable_detr_scenes"),
     "ipt_speed": _rendered_by("ipt_speed", "markdown", "rows"),
     "deformable_detr_speed": _rendered_by("detr_speed"),
     **{name: _rendered_by(name) for name in (

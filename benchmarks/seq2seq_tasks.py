@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the root makes `benchmarks` import
-from benchmarks.harness import add_beside_option, cpu_and_isa, write_json
+from benchmarks.harness import add_beside_option, cpu_and_isa, write_json, write_table
 from benchmarks.harness import machine as host_machine
 from vitlab.data.sequences import MAX_HELD_OUT_SHARE, TASKS
 from vitlab.engine.run import read_metrics
@@ -132,7 +132,7 @@ def main() -> None:
     machine = host_machine()  # the CPU's model name and ISA, as every results file records them
     record = write_json(out, {"machine": machine, "results": results}, beside=args.beside)
     table = table_of(record)
-    out.with_suffix(".md").write_text(table)
+    write_table(out.with_suffix(".md"), table)
     print(table)
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}; `python benchmarks/report.py` "

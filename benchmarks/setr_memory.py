@@ -103,7 +103,7 @@ def by_decoder(record: dict) -> str:
 
 def write(rows: list[dict], out: Path, crop: int, beside: str = "nothing") -> None:
     """The table and the users' reports, as markdown beside the JSON."""
-    from benchmarks.harness import machine, write_json
+    from benchmarks.harness import machine, write_json, write_table
 
     lines = ["| decoder | attention | params | weights + grads + momentum | peak, tensors | of which the step "
              "| step s |",
@@ -118,7 +118,7 @@ def write(rows: list[dict], out: Path, crop: int, beside: str = "nothing") -> No
             f"{m['threads']} threads, torch {m['torch']}\n\nReported against the official code:\n{reports}\n")
     print(text)
     write_json(out, {"machine": m, "results": rows, "reports": REPORTS}, beside=beside)
-    out.with_suffix(".md").write_text(text)
+    write_table(out.with_suffix(".md"), text)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

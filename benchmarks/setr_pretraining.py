@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny set, one epoch each")
     parser.add_argument("--keep-runs", type=Path, help="keep the pretraining and SETR runs under this folder")
     parser.add_argument("--out", default=str(RESULTS / "setr_pretraining.json"))
-    from benchmarks.harness import add_beside_option, provenance, write_json
+    from benchmarks.harness import add_beside_option, provenance, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = table_of(record)
     print(table)
     write_json(out, {**record, "table": table}, beside=args.beside)
-    out.with_suffix(".md").write_text(table + "\n")
+    write_table(out.with_suffix(".md"), table + "\n")
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}")
     return results

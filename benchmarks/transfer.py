@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's packages
-from benchmarks.harness import add_beside_option, provenance, write_json
+from benchmarks.harness import add_beside_option, provenance, write_json, write_table
 
 RESULTS = Path(__file__).parent / "results"
 MINI = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "fashion-mnist-mini"
@@ -219,7 +219,7 @@ def main() -> None:
         return
     stem = RESULTS / f"transfer_{args.system}"
     write_json(stem.with_suffix(".json"), result, beside=args.beside, indent=1)
-    stem.with_suffix(".md").write_text(table + "\n")
+    write_table(stem.with_suffix(".md"), table + "\n")
     plot(result, stem.with_suffix(".png"))
 
 

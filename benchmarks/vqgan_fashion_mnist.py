@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--pictures", type=Path, default=PICTURES)
     parser.add_argument("--quick", action="store_true")
-    from benchmarks.harness import add_beside_option, write_json
+    from benchmarks.harness import add_beside_option, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(table)
     suffix = "_quick" if args.quick else ""
     write_json(args.out / f"vqgan_fashion_mnist{suffix}.json", result, beside=args.beside)
-    (args.out / f"vqgan_fashion_mnist{suffix}.md").write_text(table)
+    write_table(args.out / f"vqgan_fashion_mnist{suffix}.md", table)
     plot(result["vqgan_curve"], result["prior_curve"], args.out / f"vqgan_fashion_mnist{suffix}.png")
     pictures(vqgan_run, prior_run, args.pictures, 2 if args.quick else 10)
     return result

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--samples", type=int, default=64, help="sequences drawn per sampling call")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    from benchmarks.harness import add_beside_option, write_json
+    from benchmarks.harness import add_beside_option, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     record = write_json(args.out / "vqgan_speed.json", result, beside=args.beside)
     table = table_of(record)
-    (args.out / "vqgan_speed.md").write_text(table)
+    write_table(args.out / "vqgan_speed.md", table)
     print(table)
     return result
 

@@ -41,6 +41,26 @@ def cpu_and_isa(machine: dict) -> str:
     return f"{machine['cpu']} ({machine.get('cpu_capability') or 'ISA not recorded'})"
 
 
+def machine_of_run(run: dict, fallback: dict | str) -> str:
+    """'AMD EPYC (AVX2), 2 threads, torch 2.14.1': the machine one run of a results file with several runs recorded
+    (its own provenance, else the file's `fallback`), or what its measurers wrote where the run predates provenance."""
+    machine = run.get("provenance", {}).get("machine", fallback)
+    if isinstance(machine, str):
+        return machine
+    return f"{cpu_and_isa(machine)}, {machine['threads']} threads, torch {machine['torch']}"
+
+
+def machine_lines(runs: dict[str, dict], fallback: dict | str, names: dict[str, str] | None = None) -> list[str]:
+    """The lines a table of runs filled one at a time ends with: their machine where they share one, else each run's
+    with the warning that times compare only between runs measured on one machine (each run's own provenance,
+    `machine_of_run`; `names` label the runs where their keys are not what the table calls them)."""
+    machines = {key: machine_of_run(run, fallback) for key, run in runs.items()}
+    if len(set(machines.values())) <= 1:
+        return [next(iter(machines.values()))] if machines else []
+    return ["Each run's machine: minutes and images/s compare between runs measured on one machine only.", ""] + [
+        f"- {(names or {}).get(key, key)}: {where}" for key, where in machines.items()]
+
+
 def _code_state() -> tuple[str, str, str]:
     """(commit, command, edits): the commit checked out (with "+changes" where the working tree differs from it),
     the command line of this process, and a digest of the working tree's differences from the commit."""

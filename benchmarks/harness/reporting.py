@@ -112,6 +112,11 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
+def write_table(path: Path, markdown: str) -> None:
+    """A rendered results table (the .md beside a results file), written atomically like the JSON it renders."""
+    _replace(Path(path), markdown)
+
+
 def write_json(path: Path, record: dict | list, beside: str | None = "nothing", indent: int = 2,
                device: str | None = None, default: Callable | None = None) -> dict:
     """A results file, written atomically and stamped with its provenance (`stamped`); returns what it wrote.

@@ -194,3 +194,25 @@ def test_the_commit_is_the_one_the_run_started_from(monkeypatch):
     monkeypatch.setattr(host, "_code_state", lambda: next(states))
     host.note_start()
     assert host.provenance()["commit_at_save"] == "def456+changes, the working tree edited meanwhile"
+
+
+def test_a_table_of_runs_filled_one_at_a_time_names_each_runs_machine(tmp_path):
+    """Runs kept in one file may come from different machines: the table says where, from each run's provenance."""
+    from benchmarks.harness import machine_lines, write_table
+
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "threads": 2, "torch": "2.14.1"}
+    xeon = {**epyc, "cpu": "Intel(R) Xeon(R) Processor", "cpu_capability": "AVX512"}
+    same = {"a": {"provenance": {"machine": epyc}}, "b": {"provenance": {"machine": epyc}}}
+    assert machine_lines(same, xeon) == ["AMD EPYC (AVX2), 2 threads, torch 2.14.1"]
+    # a run without provenance is the file's (the fallback); a run from before provenance says what was written
+    mixed = {"a": {"provenance": {"machine": epyc}}, "b": {},
+             "c": {"provenance": {"recorded_at_measurement": False, "machine": "2 cores (Xeon), ISA unknown"}}}
+    lines = machine_lines(mixed, xeon, {"a": "model A"})
+    assert lines[0].startswith("Each run's machine") and lines[1] == ""
+    assert lines[2:] == ["- model A: AMD EPYC (AVX2), 2 threads, torch 2.14.1",
+                         "- b: Intel(R) Xeon(R) Processor (AVX512), 2 threads, torch 2.14.1",
+                         "- c: 2 cores (Xeon), ISA unknown"]
+    assert machine_lines({}, xeon) == []
+
+    write_table(tmp_path / "t.md", "| a |\n")  # atomically: nothing but the file is left
+    assert (tmp_path / "t.md").read_text() == "| a |\n" and [p.name for p in tmp_path.iterdir()] == ["t.md"]

@@ -130,6 +130,8 @@ def test_deformable_detr_scenes_benchmark_compares_the_two_detectors(tmp_path):
     detr_ap50 = result["results"]["detr_small"]["curve"][-1]["map_50"]
     assert result["bar"]["detr_final_ap50"] == detr_ap50 and result["bar"]["allowed_epochs"] == 1 / 3
     assert "| deformable_detr_small |" in result["table"] and out.with_suffix(".png").is_file()
+    assert all(run["provenance"]["machine"]["cpu_capability"] for run in result["results"].values())
+    assert out.with_suffix(".md").read_text().splitlines()[-1].endswith(f"torch {result['machine']['torch']}")
 
 
 def test_denoising_benchmark_compares_at_equal_minutes():
