@@ -1,6 +1,6 @@
 """vitlab against timm and Hugging Face: inference and training images/s, peak memory, FLOPs, scaling.
 
-    python benchmarks/speed.py                        # the four default models + scaling (~15 min, 2 cores)
+    python benchmarks/speed.py --rounds 5             # the four default models + scaling (~20 min, 2 cores)
     python benchmarks/speed.py --quick                # a smoke run: tiny settings, two small models
     python benchmarks/speed.py --compile --models vit_tiny_patch16_224 --tag speed-compile --no-scaling
 
