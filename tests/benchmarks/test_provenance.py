@@ -101,9 +101,15 @@ def test_a_legacy_block_names_the_commit_that_added_its_file():
     """The check above against git's history, on one file, so that a skipped comparison shows."""
     if not _history():
         pytest.skip("no git history here (shallow clone or no repository): committed_in is not checked")
-    record = json.loads((RESULTS / "speed.json").read_text())
-    assert _legacy("speed.json", record["provenance"], True) == []
-    assert _legacy("speed.json", {**record["provenance"], "committed_in": "0000000"}, True) != []
+    legacy = {path.name: record["provenance"] for path in sorted(RESULTS.glob("*.json"))
+              if isinstance(record := json.loads(path.read_text()), dict)
+              and isinstance(record.get("provenance"), dict)
+              and record["provenance"].get("recorded_at_measurement") is False}
+    if not legacy:
+        pytest.skip("every results file was measured with its provenance: no legacy block left to check")
+    name, block = next(iter(legacy.items()))
+    assert _legacy(name, block, True) == []
+    assert _legacy(name, {**block, "committed_in": "0000000"}, True) != []
 
 
 def _writers() -> dict[str, str]:
