@@ -118,6 +118,21 @@ def test_detr_scenes_benchmark_records_both_detectors_curves(tmp_path):
 
 
 @pytest.mark.slow
+def test_deformable_detr_scenes_takes_detr_small_again_from_detr_scenes_unless_trained_there(tmp_path):
+    script = _load_script("deformable_detr_scenes")
+    options = {"epochs": 16, "batch_size": 4}
+    scenes = tmp_path / "detr_scenes.json"
+    scenes.write_text(json.dumps({"results": {"detr": {"options": options, "curve": ["rerun"]}}}))
+    reused = {"detr_small": {"options": options, "curve": ["old"], "source": "detr_scenes.json"}}
+    trained_here = {"detr_small": {"options": options, "curve": ["own"]}}
+    assert script.with_reused_detr(reused, ["deformable_detr_small"], scenes, options)["detr_small"]["curve"] == [
+        "rerun"]
+    assert script.with_reused_detr({}, ["deformable_detr_small"], scenes, options)["detr_small"]["curve"] == ["rerun"]
+    assert script.with_reused_detr(trained_here, ["deformable_detr_small"], scenes, options) == trained_here
+    assert script.with_reused_detr(reused, ["detr_small"], scenes, options) == reused
+    assert script.with_reused_detr(reused, [], scenes, {**options, "epochs": 8}) == reused  # another recipe
+
+
 def test_deformable_detr_scenes_benchmark_compares_the_two_detectors(tmp_path):
     data = _tiny_scenes(tmp_path)
     out = tmp_path / "deformable_detr_scenes.json"
