@@ -321,7 +321,7 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "randaugment": _rendered_by("randaugment", "markdown"),
     "serve_load": _rendered_by("serve_load", "markdown"),
     "setr_memory": _rendered_by("setr_memory", "by_decoder"),
-    "setr_scenes": _rendered_by("setr_scenes", "markdown", "results"),
+    "setr_scenes": _rendered_by("setr_scenes"),
     "deformable_detr_scenes": _rendered_by("deformable_detr_scenes"),
     "ipt_speed": _rendered_by("ipt_speed", "markdown", "rows"),
     "deformable_detr_speed": _rendered_by("detr_speed"),

@@ -19,7 +19,8 @@ be downloaded here.
 
 The bar: the best SETR decoder reaches mIoU ≥ 0.6 on scenes val within 45 minutes of training. Time is training
 time only (evaluations excluded). Writes benchmarks/results/setr_scenes.json (each model's result is kept when
-another is rerun) and setr_scenes.png, and prints a markdown table. Run one benchmark at a time: the machine has 2
+another is rerun, with its own provenance), setr_scenes.md (the table with each run's machine) and setr_scenes.png,
+and prints the table. Run one benchmark at a time: the machine has 2
 cores.
 """
 
@@ -132,6 +133,14 @@ def markdown(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def table_of(record: dict) -> str:
+    """The results table (benchmarks/report.py renders the pages' copy the same way) and the machine of its runs:
+    one line where they share it, each run's where a model was rerun on another."""
+    from benchmarks.harness import machine_lines
+
+    return "\n".join([markdown(record["results"]), "", *machine_lines(record["results"], record["machine"])]) + "\n"
+
+
 def plot(results: dict[str, dict], path: Path) -> None:
     import matplotlib
 
@@ -163,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(RESULTS / "setr_scenes.json"))
     parser.add_argument("--keep-runs", type=Path, help="train the SETR runs under this folder and keep them "
                         "(for `vitlab predict`); by default they go to a temporary folder")
-    from benchmarks.harness import add_beside_option, machine, provenance, write_json
+    from benchmarks.harness import add_beside_option, machine, provenance, write_json, write_table
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -189,10 +198,11 @@ def main(argv: list[str] | None = None) -> dict:
            "met": bool(setr) and max(setr) >= BAR}
     table = markdown(results)
     print(table)
-    write_json(out, {"machine": machine(), "data": str(data), "bar": bar, "results": results, "table": table},
-               beside=args.beside)
+    record = write_json(out, {"machine": machine(), "data": str(data), "bar": bar, "results": results,
+                              "table": table}, beside=args.beside)
+    write_table(out.with_suffix(".md"), table_of(record))
     plot(results, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    print(f"wrote {out}, {out.with_suffix('.md')} and {out.with_suffix('.png')}")
     return results
 
 

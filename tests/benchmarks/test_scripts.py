@@ -84,6 +84,22 @@ def test_process_settings_benchmark_times_each_library_alone_under_both(tmp_path
     assert "vitlab (its settings) / timm (defaults)" in (tmp_path / "t.md").read_text()
 
 
+def test_process_settings_benchmark_times_each_setting_alone_against_the_defaults(tmp_path):
+    script = _load_script("process_settings")
+    result = script.main(["--quick", "--libraries", "vitlab", "--models", "vit_mini_patch7_28", "--settings",
+                          "default", "malloc", "denormals", "--out", str(tmp_path), "--tag", "t"])
+    assert set(result["samples"]) == {"vitlab:default", "vitlab:malloc", "vitlab:denormals"}
+    assert result["workloads"] == ["vit_mini_patch7_28 infer b64", "vit_mini_patch7_28 train b32"]
+    header = (tmp_path / "t.md").read_text().splitlines()[2]
+    assert "freed memory kept only / defaults" in header and "denormals flushed only / defaults" in header
+    assert "vitlab's settings" not in header
+    samples = {("vitlab", "default"): [{"w": 10.0}, {"w": 10.0}, {"w": 10.0}],
+               ("vitlab", "malloc"): [{"w": 9.0}, {"w": 12.0}, {"w": 10.0}]}
+    assert script.ratio_cell(samples, "vitlab", "malloc", "w", 10.0) == "1.00 (0.90–1.20)"
+    with pytest.raises(SystemExit):
+        script.main(["--quick", "--settings", "malloc", "vitlab", "--out", str(tmp_path)])
+
+
 def test_randaugment_benchmark_times_both_ways(tmp_path):
     result = _load_script("randaugment").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
     (row,) = result["rows"]
@@ -223,6 +239,10 @@ def test_setr_scenes_benchmark_scores_every_model(tmp_path):
     best = max(max(row["miou"] for row in r["curve"]) for m, r in result["results"].items() if m != "lraspp")
     assert result["bar"]["best_setr_miou"] == best and result["bar"]["miou_target"] == 0.6
     assert "| setr_pup_small |" in result["table"] and out.with_suffix(".png").is_file()
+    table = out.with_suffix(".md").read_text()  # the table, then the one machine all four runs shared
+    assert table.startswith(result["table"]) and table.rstrip().endswith(f"({result['machine']['cpu_capability']}), "
+                                                                        f"{result['machine']['threads']} threads, "
+                                                                        f"torch {result['machine']['torch']}")
     # the kept run draws the README's pictures: 2 scenes of 64 px at 2x, three rows and a legend of 11 classes
     from PIL import Image
 
