@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--calls", type=int, default=3, help="timed calls per kernel per round (default: 3)")
     parser.add_argument("--tag", default="linear_kernels", help="name of the result files")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    from benchmarks.harness.host import add_beside_option, machine
+    from benchmarks.harness.host import add_beside_option, cpu_and_isa, machine
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = measure(args.batch, QUICK if args.quick else LAYERS, rounds, calls)
     host = machine()
     result = {"machine": host, "batch": args.batch, "rounds": rounds, "calls": calls, "rows": rows}
-    title = f"# fp32 linear layers: MKL, packed MKL and oneDNN ({host['cpu']}, {host['threads']} threads)"
+    title = f"# fp32 linear layers: MKL, packed MKL and oneDNN ({cpu_and_isa(host)}, {host['threads']} threads)"
     markdown = "\n".join([title, "",
                           f"`python benchmarks/linear_kernels.py{' --quick' if args.quick else ''}`: batch "
                           f"{args.batch}, {rounds} rotated rounds × {calls} calls; torch {host['torch']}.", "",

@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-bf16", dest="bf16", action="store_false", help="leave out the bf16 rows")
     parser.add_argument("--tag", default="runtimes", help="name of the result files (default: runtimes)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    from benchmarks.harness.host import add_beside_option, machine  # imports no transformers (--optimum-site)
+    # the host module imports no transformers (--optimum-site)
+    from benchmarks.harness.host import add_beside_option, cpu_and_isa, machine
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             host[package] = importlib.metadata.version(package)
     result = {"machine": host, "rounds": rounds, "calls": calls, "rows": rows}
-    markdown = "\n".join([f"# vitlab runtimes on the CPU ({host['cpu']}, {host['threads']} threads)", "",
+    markdown = "\n".join([f"# vitlab runtimes on the CPU ({cpu_and_isa(host)}, {host['threads']} threads)", "",
                           f"`python benchmarks/runtimes.py{' --quick' if args.quick else ''}`: {rounds} rotated "
                           f"rounds × {calls or '≈2 s of'} calls; torch {host['torch']}, onnxruntime "
                           f"{host.get('onnxruntime', '—')}, openvino {host.get('openvino', '—')}, timm "
