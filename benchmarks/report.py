@@ -23,8 +23,12 @@ may be followed by a selector:
     rows[label=vitlab openvino bf16]*.ratio_to_base.@max                              every match; then @min, @max,
     rows[*].first_call_s.@max                                                         @mean, @sum, @len, @first or
                                                                                       @last of them
+    curve[map_50>=0.5].train_min                                                      the first element whose
+    rows[gain<0]*.epoch.@len                                                          number compares so (>=, <=,
+                                                                                      >, <), or every one
 
-and PATH may be `PATH - PATH` or `PATH / PATH`: the difference or the ratio of two values of the file.
+and PATH may be `PATH - PATH`, `PATH + PATH` or `PATH / PATH`: the difference, sum or ratio of two values of the
+file.
 """
 
 from __future__ import annotations
@@ -216,6 +220,19 @@ REDUCE: dict[str, Callable[[list], object]] = {
     "@first": lambda xs: xs[0], "@last": lambda xs: xs[-1]}  # over the values that are not None (a table's "—")
 
 
+CONDITION = re.compile(r"(\w+)(>=|<=|=|>|<)(.+)")
+COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b}
+
+
+def _holds(item: dict, key: str, relation: str, wanted: str) -> bool:
+    """Whether item[key] equals `wanted` (as text), or compares with it as a number (>=, <=, >, <)."""
+    if relation == "=":
+        return str(item.get(key)) == wanted
+    found = item.get(key)
+    return isinstance(found, (int, float)) and COMPARE[relation](found, float(wanted))
+
+
 def _select(items: list, selector: str, every: bool, where: str) -> object:
     if not isinstance(items, list):
         raise KeyError(f"{where}: [{selector}] selects from a list; this is a {type(items).__name__}")
@@ -225,11 +242,15 @@ def _select(items: list, selector: str, every: bool, where: str) -> object:
         return items[int(selector)]
     if re.fullmatch(r"(max|min)=\w+", selector):
         which, key = selector.split("=")
-        return (max if which == "max" else min)(items, key=lambda item: item[key])
-    if not all("=" in part for part in selector.split(",")):
-        raise KeyError(f"{where}: [{selector}] is not a selector (*, an index, max=KEY, min=KEY or KEY=VALUE,...)")
-    wanted = dict(part.split("=", 1) for part in selector.split(","))
-    found = [item for item in items if all(str(item.get(k)) == v for k, v in wanted.items())]
+        known = [item for item in items if item.get(key) is not None]  # a row without it (a table's "—") is skipped
+        if not known:
+            raise KeyError(f"{where}: no element has a value for {key}")
+        return (max if which == "max" else min)(known, key=lambda item: item[key])
+    conditions = [CONDITION.fullmatch(part) for part in selector.split(",")]
+    if not all(conditions):
+        raise KeyError(f"{where}: [{selector}] is not a selector (*, an index, max=KEY, min=KEY or conditions "
+                       "KEY=VALUE, KEY>=NUMBER, KEY<NUMBER, ... joined by commas)")
+    found = [item for item in items if all(_holds(item, *condition.groups()) for condition in conditions)]
     if not found:
         raise KeyError(f"{where}: no element has {selector}")
     return found if every else found[0]
@@ -260,19 +281,20 @@ def lookup(record: dict, path: str, where: str = "") -> object:
 
 
 def _lookup_or_pair(record: dict, path: str, where: str) -> object:
-    """PATH's value, or the difference or ratio of the two values either side of a " - " or " / " in it ("how far
-    ahead", "how many times as fast"). A key may hold " / " itself ("in place / out of place"): the whole path is
-    tried first, then each place it could be split."""
+    """PATH's value, or the difference, sum or ratio of the two values either side of a " - ", " + " or " / " in it
+    ("how far ahead", "both stages together", "how many times as fast"). A key may hold " / " itself ("in place /
+    out of place"): the whole path is tried first, then each place it could be split."""
     try:
         return lookup(record, path, where)
     except KeyError as whole:
-        for split in re.finditer(r" ([-/]) ", path):
+        for split in re.finditer(r" ([-+/]) ", path):
             try:
                 first = lookup(record, path[:split.start()], where)
                 second = lookup(record, path[split.end():], where)
             except KeyError:
                 continue
-            return first - second if split.group(1) == "-" else first / second
+            operator = split.group(1)
+            return first - second if operator == "-" else first + second if operator == "+" else first / second
         raise whole
 
 

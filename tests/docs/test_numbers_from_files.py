@@ -79,7 +79,7 @@ def test_a_value_marker_reads_its_number_from_the_results_file(tmp_path, monkeyp
     curve = [{"ap": 0.2, "min": 5}, {"ap": 0.4, "min": 9}]
     record = {"rows": [{"model": "a", "batch": 1, "ratio": 1.5, "curve": curve, "in place / out of place": 0.6},
                        {"model": "a", "batch": 32, "ratio": 2.25, "curve": []},
-                       {"model": "b", "batch": 32, "ratio": 0.75, "curve": []}],
+                       {"model": "b", "batch": 32, "ratio": 0.75, "curve": [], "curve_gain": 0.1}],
               "final": {"acc": 0.9081}}
     (tmp_path / "toy.json").write_text(json.dumps(record))
     monkeypatch.setattr(report, "RESULTS", tmp_path)
@@ -92,11 +92,16 @@ def test_a_value_marker_reads_its_number_from_the_results_file(tmp_path, monkeyp
     assert report.value("toy | rows[*].model.@len") == "3"
     assert report.value("toy | rows[1].ratio - rows[2].ratio | {:+.1f}") == "+1.5"
     assert report.value("toy | rows[1].ratio / rows[2].ratio | {:.0f}×") == "3×"
+    assert report.value("toy | rows[1].ratio + rows[2].ratio") == "3.0"
+    assert report.value("toy | rows[0].curve[ap>=0.3].min") == "9"
+    assert report.value("toy | rows[max=curve_gain].model") == "b"  # rows without it are skipped
+    assert report.value("toy | rows[ratio<1.5]*.batch.@len") == "1"
+    assert report.value("toy | rows[model=a,ratio>1.5].batch") == "32"
     # a key that holds " / " itself: read whole, or as one side of a ratio
     assert report.value("toy | rows[0].in place / out of place") == "0.6"
     assert report.value("toy | rows[0].in place / out of place / rows[0].ratio | {:.1f}") == "0.4"
     for bad in ("toy | rows[model=c].ratio", "toy | rows[*].ratio", "toy | final.loss", "toy | final[0]",
-                "toy | rows[a]", "nothing | final.acc", "toy"):
+                "toy | rows[a]", "nothing | final.acc", "toy", "toy | rows[ratio>9].model"):
         with pytest.raises((KeyError, ValueError, FileNotFoundError)):
             report.value(bad)
 
