@@ -3,7 +3,9 @@
 Each library builds the same transformer (same width, depth, heads, patch, image size, classes) with random
 weights; a conv-stem hybrid, which has no twin elsewhere, is compared through its plain-patch twin. vitlab's model
 runs on its inference path (vitlab.runtime.fast: the lean last block, in-place writes under inference_mode), as
-`vitlab.runtime.load(..., backend="torch")` runs it; its reference layers compute what timm's and HF's do.
+`vitlab.runtime.load(..., backend="torch")` runs it; its reference layers compute what timm's and HF's do. The
+training workload takes that path too, so its step has the lean last block (exact under autograd), which
+`vitlab train` does not use: its training rows are the inference path's, not the command's.
 """
 
 from __future__ import annotations
