@@ -4,18 +4,17 @@ data, recipe and budget.
     python benchmarks/deformable_detr_scenes.py                  # deformable_detr_small, 6 epochs (~55 min)
     python benchmarks/deformable_detr_scenes.py --models detr_small deformable_detr_small   # DETR rerun too
 
-Both are full `vitlab train --task detection` runs from random weights with detr_scenes.py's recipe for
-detr_small (batch 4, lr 2e-4 for the backbone too, no dropout, cosine over the epochs; Deformable DETR's offset
-predictors at 0.1 of it, the official recipe), evaluated after every epoch; a model's earlier result is kept
-when only the other is rerun. detr_small's 16-epoch curve is taken from detr_scenes.py's results when it was
-measured there with this recipe (it is the same run, ~45 min), and taken again at every run, unless detr_small is
-asked for. The budget is the
-same wall-clock time: an epoch of deformable_detr_small takes ~2.7× one of detr_small (four maps of up to 16²
-pixels in the encoder instead of one of 8², and the ResNet's last stage), so it gets 6 epochs to DETR's 16. The
-bar: deformable_detr_small reaches detr_small's final AP50 in at most a third of detr_small's epochs (the paper:
-a tenth, on COCO, from ImageNet weights). Writes benchmarks/results/deformable_detr_scenes.json, .md (the
-table with each run's machine: the two runs are made one at a time) and .png, and prints the table. Run one
-benchmark at a time: the machine has 2 cores.
+Both are full `vitlab train --task detection` runs from random weights with detr_scenes.py's recipe for detr_small
+(batch 4, lr 2e-4 for the backbone too, no dropout, cosine over the epochs; Deformable DETR's offset predictors at
+0.1 of it, the official recipe), evaluated after every epoch; a model's earlier result is kept when only the other
+is rerun. detr_small's 16-epoch curve is taken from detr_scenes.py's results when it was measured there with this
+recipe (it is the same run, ~45 min), and taken again at every run, unless detr_small is asked for. The budget is
+the same wall-clock time: an epoch of deformable_detr_small takes ~2.7× one of detr_small (four maps of up to 16²
+pixels in the encoder instead of one of 8², and the ResNet's last stage), so it gets 6 epochs to DETR's 16. The bar:
+deformable_detr_small reaches detr_small's final AP50 in at most a third of detr_small's epochs (the paper: a tenth,
+on COCO, from ImageNet weights). Writes benchmarks/results/deformable_detr_scenes.json, .md (the table with each
+run's machine: the two runs are made one at a time) and .png, and prints the table. Run one benchmark at a time: the
+machine has 2 cores.
 """
 
 from __future__ import annotations
@@ -57,7 +56,8 @@ def reused_detr(path: Path, options: dict) -> dict[str, dict]:
 def with_reused_detr(results: dict[str, dict], trained: list[str], path: Path, options: dict) -> dict[str, dict]:
     """`results` with detr_small's curve taken again from detr_scenes.py's results, so that a rerun there reaches
     this table too; a detr_small trained here (now or by an earlier run) is kept."""
-    if "detr_small" in trained or "source" not in results.get("detr_small", {"source": None}):
+    earlier = results.get("detr_small")
+    if "detr_small" in trained or (earlier is not None and "source" not in earlier):
         return results
     return {**results, **reused_detr(path, options)}
 
@@ -77,9 +77,9 @@ def markdown(results: dict[str, dict]) -> str:
 def table_of(record: dict) -> str:
     """The results table (benchmarks/report.py renders the pages' copy the same way) and each run's machine: the
     two runs are filled one at a time, and detr_small's may be detr_scenes.py's, from another session."""
-    from benchmarks.harness import machine_lines
+    from benchmarks.harness import with_machines
 
-    return "\n".join([markdown(record["results"]), "", *machine_lines(record["results"], record["machine"])]) + "\n"
+    return with_machines(markdown(record["results"]), record)
 
 
 def plot(results: dict[str, dict], path: Path) -> None:

@@ -242,9 +242,9 @@ def table_of(record: dict) -> str:
         lines += ["", f"The pretrained backbone: `{pretraining['model']}`, {pretraining['epochs']} epoch of "
                       f"{pretraining['data']}, {pretraining['train_min']:.1f} min, test accuracy "
                       f"{100 * pretraining['test_acc']:.2f} %."]
-    from benchmarks.harness import machine_lines
+    from benchmarks.harness import with_machines
 
-    return "\n".join([*lines, "", *machine_lines(results, record["machine"], NAMES)]) + "\n"
+    return with_machines("\n".join(lines), record, NAMES)
 
 
 def plot(results: dict[str, dict], path: Path, budget_min: float) -> None:

@@ -136,9 +136,9 @@ def markdown(results: dict[str, dict]) -> str:
 def table_of(record: dict) -> str:
     """The results table (benchmarks/report.py renders the pages' copy the same way) and the machine of its runs:
     one line where they share it, each run's where a model was rerun on another."""
-    from benchmarks.harness import machine_lines
+    from benchmarks.harness import with_machines
 
-    return "\n".join([markdown(record["results"]), "", *machine_lines(record["results"], record["machine"])]) + "\n"
+    return with_machines(markdown(record["results"]), record)
 
 
 def plot(results: dict[str, dict], path: Path) -> None:

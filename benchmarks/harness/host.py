@@ -61,6 +61,11 @@ def machine_lines(runs: dict[str, dict], fallback: dict | str, names: dict[str, 
         f"- {(names or {}).get(key, key)}: {where}" for key, where in machines.items()]
 
 
+def with_machines(table: str, record: dict, names: dict[str, str] | None = None) -> str:
+    """A results file's markdown: `table`, then `machine_lines` of the record's runs (record["results"])."""
+    return "\n".join([table, "", *machine_lines(record["results"], record["machine"], names)]) + "\n"
+
+
 def _code_state() -> tuple[str, str, str]:
     """(commit, command, edits): the commit checked out (with "+changes" where the working tree differs from it),
     the command line of this process, and a digest of the working tree's differences from the commit."""
