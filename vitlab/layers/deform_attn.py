@@ -45,8 +45,14 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .mlp import Mlp
 
-# the four corners around a sampling point, as (dx, dy) from its top-left one
-_CORNERS = ((0, 0), (1, 0), (0, 1), (1, 1))
+def spatial_shapes_of(maps: list[torch.Tensor]) -> torch.Tensor:
+    """[(B, C, h_l, w_l)] maps -> (L, 2) long tensor of their (h_l, w_l), computed from the maps' sizes.
+
+    Built from one scalar per size, not `torch.as_tensor` of a Python list: under torch.export a list of sizes
+    becomes a constant of the example's shapes, and a graph made at one image size would then read the wrong
+    rows at every other (vitlab ≤ 0.1.0's Deformable DETR graphs did); the scalars stay symbolic."""
+    return torch.stack([torch.stack([torch.scalar_tensor(size, dtype=torch.long, device=m.device)
+                                     for size in m.shape[-2:]]) for m in maps])
 
 
 def level_start_index(spatial_shapes: torch.Tensor) -> torch.Tensor:
@@ -63,24 +69,26 @@ def _corner_rows_and_weights(value_shape: tuple[int, ...], spatial_shapes: torch
     batch, length, heads, _ = value_shape
     _, queries, _, levels, points, _ = sampling_locations.shape
     shapes = spatial_shapes.to(sampling_locations.device)
-    width_height = shapes.flip(-1).to(sampling_locations.dtype)  # (L, 2) as (W, H), like the locations' (x, y)
-    pixel = sampling_locations * width_height[:, None, :] - 0.5  # align_corners=False: pixel centres at +0.5
-    top_left = pixel.floor()
-    fraction = pixel - top_left  # (B, Q, heads, L, P, 2)
-    corners = top_left.new_tensor(_CORNERS)  # (4, 2)
-    corner_xy = top_left[..., None, :] + corners  # (B, Q, heads, L, P, 4, 2)
-    # bilinear weight of a corner: (1 - f) on the near side, f on the far side, per axis
-    along_axes = torch.where(corners.bool(), fraction[..., None, :], 1 - fraction[..., None, :])
-    inside = ((corner_xy >= 0) & (corner_xy < width_height[:, None, None, :])).all(-1)
-    weights = attention_weights[..., None] * along_axes.prod(-1) * inside  # (B, Q, heads, L, P, 4)
-    x, y = corner_xy.long().unbind(-1)
-    x = x.clamp(min=0).minimum(shapes[:, 1, None, None] - 1)  # weight 0 already; any row in its level will do
-    y = y.clamp(min=0).minimum(shapes[:, 0, None, None] - 1)
+    heights, widths = (shapes[:, axis, None].to(sampling_locations.dtype) for axis in (0, 1))  # (L, 1)
+    # align_corners=False: pixel centres at +0.5
+    px = sampling_locations[..., 0] * widths - 0.5  # (B, Q, heads, L, P)
+    py = sampling_locations[..., 1] * heights - 0.5
+    x0, y0 = px.floor(), py.floor()
+    fx, fy = px - x0, py - y0
+    # the four corners (x0, y0), (x0+1, y0), (x0, y0+1), (x0+1, y0+1), each axis written out: (B, Q, heads, L, P, 4)
+    x = torch.stack([x0, x0 + 1, x0, x0 + 1], -1)
+    y = torch.stack([y0, y0, y0 + 1, y0 + 1], -1)
+    bilinear = torch.stack([(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy], -1)
+    inside = (x >= 0) & (x < widths[..., None]) & (y >= 0) & (y < heights[..., None])
+    weights = attention_weights[..., None] * bilinear * inside  # (B, Q, heads, L, P, 4)
+    # a corner outside its map weighs 0 already; any row in its level will do
+    x = x.long().clamp(min=0).minimum(shapes[:, 1, None, None] - 1)
+    y = y.long().clamp(min=0).minimum(shapes[:, 0, None, None] - 1)
     pixel_index = level_start_index(shapes)[:, None, None] + y * shapes[:, 1, None, None] + x  # in 0 … S-1
-    image = torch.arange(batch, device=pixel.device).view(batch, 1, 1, 1, 1, 1)
-    head = torch.arange(heads, device=pixel.device).view(1, 1, heads, 1, 1, 1)
+    image = torch.arange(batch, device=px.device).view(batch, 1, 1, 1, 1, 1)
+    head = torch.arange(heads, device=px.device).view(1, 1, heads, 1, 1, 1)
     rows = (image * length + pixel_index) * heads + head  # row of value.reshape(B·S·heads, head_dim)
-    samples = levels * points * len(_CORNERS)
+    samples = levels * points * 4  # corners
     return rows.reshape(batch * queries * heads, samples), weights.reshape(batch * queries * heads, samples)
 
 

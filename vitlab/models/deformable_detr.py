@@ -35,7 +35,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn
+from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn, spatial_shapes_of
 from ..layers.pos_embed import sine_box_embed, sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .denoising import DenoisingEmbedding, DenoisingQueries
@@ -129,10 +129,10 @@ class DeformableTransformer(nn.Module):
         boxes, start = [], 0
         for level, (height, width) in enumerate(spatial_shapes):
             mask = padding_mask[:, start:start + height * width].view(-1, height, width)
-            ratios = valid_ratios(mask) * mask.new_tensor([width, height], dtype=torch.float32)  # valid w, h pixels
+            valid = torch.stack([(~mask[:, 0, :]).sum(1), (~mask[:, :, 0]).sum(1)], -1).float()  # (B, 2) w, h
             y, x = torch.meshgrid(torch.arange(height, device=memory.device, dtype=torch.float32),
                                   torch.arange(width, device=memory.device, dtype=torch.float32), indexing="ij")
-            centre = (torch.stack([x, y], -1)[None] + 0.5) / ratios[:, None, None, :]  # (B, h, w, 2)
+            centre = (torch.stack([x, y], -1)[None] + 0.5) / valid[:, None, None, :]  # (B, h, w, 2)
             size = torch.full_like(centre, 0.05 * 2.0 ** level)
             boxes.append(torch.cat([centre, size], -1).flatten(1, 2))
             start += height * width
@@ -154,7 +154,7 @@ class DeformableTransformer(nn.Module):
         boxes are relative to ((B, N, 2 or 4), in [0, 1]), and, two-stage, the encoder's proposal scores and
         boxes."""
         spatial_shapes = [tuple(s.shape[-2:]) for s in sources]
-        shapes = torch.as_tensor(spatial_shapes, dtype=torch.long, device=sources[0].device)  # (L, 2)
+        shapes = spatial_shapes_of(sources)  # (L, 2), symbolic in an exported graph
         x = torch.cat([s.flatten(2).transpose(1, 2) for s in sources], 1)  # (B, S, D)
         pos = torch.cat([p.flatten(2).transpose(1, 2) + self.level_embed[level]
                          for level, p in enumerate(positions)], 1)
@@ -337,12 +337,6 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
         "bbox_embed*": "the box head: its output, through a sigmoid, is the box (and the next layer's reference)",
         "reference_points": "the queries' reference points, which every sampling offset is added to",
     }
-    wrong_on: ClassVar[dict[str, str]] = {
-        "openvino": "OpenVINO 2026.4's CPU plugin computes multi-scale deformable attention wrongly (logits off by "
-                    "2.3 from torch's at 96×128, NaN at 128×96, whether converted from torch or from ONNX); run it "
-                    "on onnxruntime, compile or torch",
-    }
-
     num_classes: int = 91  # COCO's category ids run to 90; the paper's code sizes the head by the largest id + 1
     backbone: str = "resnet50"
     backbone_stages: tuple[int, ...] = (2, 3, 4)  # C3, C4, C5

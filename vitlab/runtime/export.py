@@ -74,9 +74,10 @@ def export_graph(graph: Graph, path: str | os.PathLike, fmt: str = "onnx", optim
 
 
 # The form of the graphs export_graph writes, in the names of the graphs a run caches: a vitlab that writes them
-# differently (version 2: a ViT's attention in one MultiHeadAttention op, no SkipLayerNormalization) exports them
-# again instead of reusing the older, slower form.
-GRAPH_FORMAT = 2
+# differently exports them again instead of reusing the older form. Version 2: a ViT's attention in one
+# MultiHeadAttention op, no SkipLayerNormalization. Version 3: Deformable DETR's level shapes computed in the graph
+# from its maps (version 2 held the export size's as constants, and answered wrongly at every other size).
+GRAPH_FORMAT = 3
 
 
 def run_cache(run_dir: str | os.PathLike, weights: str, source: str | os.PathLike | None = None
