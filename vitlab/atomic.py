@@ -1,30 +1,54 @@
 """Files written so that a kill cannot damage them: into a temporary file beside the target, fsynced, then renamed
-over it. A reader sees the old file or the new one, never half of one. Every layer may use this (run folders,
-generated data sets)."""
+over it. A reader sees the old file or the new one, never half of one. The new file gets the mode a plain `open`
+would give it (0666 less the umask), not the 0600 of a temporary file, so that a server running as another user
+can read a run. Every layer may use this (run folders, generated data sets, exported graphs)."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+_UMASK = threading.Lock()
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "wb") -> None:
-    """write(f) into a temporary file beside `path`, fsync, rename over `path`."""
+
+def user_file_mode() -> int:
+    """The mode `open(path, "w")` gives a new file: 0o666 less the process's umask (read by setting it and back:
+    no call only reads it)."""
+    with _UMASK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextmanager
+def replacing(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary path beside `path` to write to (ending in `suffix`, for writers that look at it); when the block
+    ends, the file is fsynced and renamed over `path` with the user's file mode. On an error it is removed and
+    `path` is left as it was."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
+        yield Path(tmp)
+        os.chmod(tmp, user_file_mode())
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the file
         os.replace(tmp, path)  # atomic on POSIX
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "wb") -> None:
+    """write(f) into a temporary file beside `path`, fsync, rename over `path`."""
+    with replacing(path) as tmp, open(tmp, mode) as f:
+        write(f)
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

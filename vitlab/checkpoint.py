@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 import json
 import os
-import tempfile
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from .atomic import replacing
 from .models.registry import config_from_dict, config_to_dict
+from .reading import DamagedFileError, reading
 
 CONFIG_KEY = "vitlab_config"
 
@@ -43,16 +45,8 @@ def save_weights(model: nn.Module, path: str | os.PathLike, extra_metadata: dict
         metadata["model_name"] = model.model_name
     metadata.update(extra_metadata or {})
     state = {key: value.detach().contiguous().cpu() for key, value in model.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file(state, tmp, metadata=metadata)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())  # on disk before the rename makes it the checkpoint
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with replacing(path) as tmp:
+        save_file(state, str(tmp), metadata=metadata)
     return path
 
 
@@ -67,16 +61,19 @@ def read_state_dict(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], d
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file at {path}")
     if path.suffix == ".safetensors":
-        with safe_open(str(path), framework="pt") as f:
+        with reading(path, "safetensors"), safe_open(str(path), framework="pt") as f:
             return {key: f.get_tensor(key) for key in f.keys()}, dict(f.metadata() or {})  # noqa: SIM118
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with reading(path, "a torch checkpoint"), torch.serialization.safe_globals([argparse.Namespace]):
             data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # a pickle with arbitrary objects is refused rather than executed
+    except DamagedFileError as error:
+        if not isinstance(error.__cause__, pickle.UnpicklingError):
+            raise
+        # a pickle with arbitrary objects is refused rather than executed
         raise ValueError(
-            f"cannot read {path} as a tensor-only checkpoint ({error}); vitlab never unpickles arbitrary objects — "
-            f"re-save it as a plain state dict or as safetensors"
-        ) from error
+            f"cannot read {path} as a tensor-only checkpoint ({error.__cause__}); vitlab never unpickles arbitrary "
+            f"objects — re-save it as a plain state dict or as safetensors"
+        ) from error.__cause__
     for wrapper in ("model", "state_dict", "model_ema"):
         if isinstance(data, dict) and isinstance(data.get(wrapper), dict):
             data = data[wrapper]

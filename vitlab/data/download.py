@@ -18,6 +18,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..atomic import user_file_mode
+
 __all__ = ["ChecksumError", "DownloadError", "download_file", "md5_of_file", "sha256_of_file"]
 
 _CHUNK = 1 << 20
@@ -124,6 +126,7 @@ def download_file(
                     "deleted. The download was corrupted or the server holds a different file: retry, or fetch the "
                     f"file by other means and place it at {dest}."
                 )
+        os.chmod(tmp, user_file_mode())  # mkstemp's 0600 would hide the file from other users
         os.replace(tmp, dest)
     except BaseException:
         # Covers checksum errors, network errors mid-stream and Ctrl-C alike: never leave a partial file.

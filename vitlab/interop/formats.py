@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..reading import read_json, reading
 from .converters import CheckpointFile, Converter, State, converter_for, known_formats
 from .weights import CONFIG_KEY, read_state_dict
 
@@ -51,7 +52,7 @@ def read_checkpoint(path: str | os.PathLike, *, offline: bool | None = None
         if CONFIG_KEY in metadata:  # vitlab's own file names its model: nothing to work out
             return state, CheckpointInfo("vitlab", None, json.loads(metadata[CONFIG_KEY]), metadata)
         beside = path.parent / "config.json"
-        hf_config = json.loads(beside.read_text()) if beside.is_file() else None
+        hf_config = read_json(beside, "a Hugging Face config.json") if beside.is_file() else None
     converter = converter_for(state, hf_config, str(path))
     if converter is None:
         raise ValueError(f"{path} is not a checkpoint vitlab can read: its keys ({_some_keys(state)}) fit none of the "
@@ -86,9 +87,9 @@ def _read_huggingface_folder(folder: Path) -> tuple[State, dict[str, Any]]:
             f"(or pytorch_model.bin); found {sorted(p.name for p in folder.iterdir())}"
         )
     state, _ = read_state_dict(weights[0])
-    return state, json.loads(config_path.read_text())
+    return state, read_json(config_path, "a Hugging Face config.json")
 
 
 def _read_npz(path: Path) -> State:
-    with np.load(path, allow_pickle=False) as archive:  # arrays only: an .npz cannot smuggle code past this
+    with reading(path, "a NumPy .npz archive"), np.load(path, allow_pickle=False) as archive:  # arrays only
         return {key: torch.from_numpy(np.ascontiguousarray(archive[key])) for key in archive.files}

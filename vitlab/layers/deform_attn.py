@@ -45,6 +45,7 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .mlp import Mlp
 
+
 def spatial_shapes_of(maps: list[torch.Tensor]) -> torch.Tensor:
     """[(B, C, h_l, w_l)] maps -> (L, 2) long tensor of their (h_l, w_l), computed from the maps' sizes.
 
@@ -286,8 +287,11 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.
     _check_shapes(value, sampling_locations, attention_weights)
     batch, length, heads, head_dim = value.shape
     queries = sampling_locations.shape[1]
-    if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting() or torch.jit.is_tracing():
-        # traceable with symbolic sizes: no Python list of the level shapes, a gather instead of embedding_bag
+    exporting = torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
+    if exporting or (torch.compiler.is_compiling() and not torch.is_grad_enabled()):
+        # traceable with symbolic sizes (an exported graph, compiled inference): no Python list of the level shapes
+        # (reading one back is a graph break and a recompile for every image size), a gather instead of embedding_bag.
+        # Compiled training keeps the fast path's own backward
         rows, weights = _corner_rows_and_weights(value.shape, spatial_shapes, sampling_locations, attention_weights)
         table = value.reshape(batch * length * heads, head_dim)
         out = (table[rows] * weights[..., None].to(table.dtype)).sum(1)  # (B·Q·heads, head_dim)

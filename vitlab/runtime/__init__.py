@@ -125,7 +125,8 @@ class Runtime:
         if self.precision == "int8":
             return self._int8_engine(graph, key)
         if self.backend in ("torch", "compile"):
-            return TorchBackend(graph.module, self.settings, self.precision, compile=self.backend == "compile")
+            return TorchBackend(graph.module, self.settings, self.precision, compile=self.backend == "compile",
+                                free=graph.dynamic)
         if self.backend == "openvino":
             ov = require("openvino", "the openvino backend")
             return OpenVinoBackend(ov.convert_model(exported_program(graph)), self.settings, self.precision)

@@ -72,13 +72,15 @@ class TorchBackend:
     (graphs.py) is the model's inference path (fast.py); a loaded .pt2 program is run as it was exported."""
 
     def __init__(self, module: nn.Module, settings: CpuSettings, precision: str = "fp32",
-                 compile: bool = False) -> None:
+                 compile: bool = False, free: Sequence[dict[int, str]] | None = None) -> None:
+        """free: per input, the axes the graph leaves free (Graph.dynamic); compiled, they are traced as symbols
+        from the first call (default: the batch of each input)."""
         torch.set_num_threads(settings.threads)
         with contextlib.suppress(NotImplementedError):  # an ExportedProgram's module is fixed in eval already
             module.eval()
         self.module = module
         self.precision = precision
-        self.keeps_batch_free = compile  # see free_batch
+        self.free = (tuple(free) if free is not None else None) if compile else ()  # see free_axes
         # frozen weights let inductor fold them into its kernels (inference only: nothing trains them); on only
         # while this module runs, which is when torch.compile (re)compiles it: see FrozenWeights
         self.frozen = FROZEN_WEIGHTS if compile else nullcontext()
@@ -89,8 +91,9 @@ class TorchBackend:
     def __call__(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
         autocast = torch.autocast("cpu", torch.bfloat16) if self.precision == "bf16" else nullcontext()
         tensors = [as_tensor(x) for x in inputs]
-        if self.keeps_batch_free:
-            tensors = [free_batch(t) for t in tensors]
+        if self.free != ():
+            free = self.free or ({0: "batch"},) * len(tensors)
+            tensors = [free_axes(t, axes) for t, axes in zip(tensors, free)]
         with torch.inference_mode(), autocast, self.frozen:
             outputs = self.module(*tensors)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else outputs
@@ -137,20 +140,22 @@ class FrozenWeights:
 FROZEN_WEIGHTS = FrozenWeights()
 
 
-def free_batch(x: torch.Tensor) -> torch.Tensor:
-    """x as a new tensor object (the same memory) whose batch axis torch.compile keeps free, from batch 2 on (a batch
-    of 1 is compiled as such). The mark stays on the alias: the caller's tensor would carry it into other compiled
-    models.
+def free_axes(x: torch.Tensor, axes: dict[int, str]) -> torch.Tensor:
+    """x as a new tensor object (the same memory) whose `axes` torch.compile keeps free from the first call on; the
+    batch from 2 on (a batch of 1 is compiled as such). The marks stay on the alias: the caller's tensor would carry
+    them into other compiled models.
 
     One compiled graph then serves every batch size, and inductor, which packs a linear layer's fp32 weight for
     MKL only when it knows the row count, hands the linear layers to oneDNN instead: 1.1-1.6x eager MKL on ViT
     layers at batch 32 on a 2-core AMD EPYC with AVX-512, within ±13 % of eager and packed MKL on one with AVX2
-    only (`benchmarks/linear_kernels.py`). Other axes follow
-    torch.compile's automatic dynamic shapes: a second image size recompiles once, with the size left free.
+    only (`benchmarks/linear_kernels.py`). A detector's image axes are marked too: left to torch.compile's automatic
+    dynamic shapes, each new size recompiled the graph (Deformable DETR: 8 recompiles in 10 sizes, 30-75 s each).
     """
-    if x.ndim and x.shape[0] > 1:
+    marked = [axis for axis in axes if axis < x.ndim and (x.shape[axis] > 1 if axis == 0 else True)]
+    if marked:
         x = x.view(x.shape)
-        torch._dynamo.maybe_mark_dynamic(x, 0)
+        for axis in marked:
+            torch._dynamo.maybe_mark_dynamic(x, axis)
     return x
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..atomic import replacing, user_file_mode
+from ..reading import damaged, reading
 from .graphs import ExportError, Graph, graph_for
 
 FORMATS = {"onnx": ".onnx", "openvino": ".xml", "exported-program": ".pt2"}
@@ -100,14 +101,8 @@ def export_model(model: nn.Module, path: str | os.PathLike, fmt: str = "onnx", t
 
 def _replace(path: Path, write) -> None:
     """write(tmp) to a temporary path beside `path`, then rename it over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with replacing(path, suffix=path.suffix) as tmp:
+        write(tmp)
 
 
 def exported_program(graph: Graph) -> torch.export.ExportedProgram:
@@ -300,17 +295,13 @@ def save_openvino(model: Any, graph: Graph, path: Path, record: dict[str, Any]) 
     for port, name in zip(model.outputs, graph.output_names):
         port.get_tensor().set_names({name})
     model.set_rt_info(json.dumps(record), ["vitlab"])
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".xml")
-    os.close(fd)
-    tmp = Path(tmp)
-    try:
-        ov.save_model(model, str(tmp), compress_to_fp16=False)
-        os.replace(tmp.with_suffix(".bin"), path.with_suffix(".bin"))
-        os.replace(tmp, path)
-    finally:
-        for leftover in (tmp, tmp.with_suffix(".bin")):
-            if leftover.exists():
-                leftover.unlink()
+    with replacing(path, suffix=".xml") as tmp:
+        try:
+            ov.save_model(model, str(tmp), compress_to_fp16=False)
+            os.chmod(tmp.with_suffix(".bin"), user_file_mode())
+            os.replace(tmp.with_suffix(".bin"), path.with_suffix(".bin"))
+        finally:
+            tmp.with_suffix(".bin").unlink(missing_ok=True)
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -320,19 +311,25 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
         raise FileNotFoundError(f"no exported model at {path}")
     if path.suffix == ".onnx":
         onnx = require("onnx", "reading an ONNX file")
-        proto = onnx.load(str(path), load_external_data=False)
+        with reading(path, "an ONNX graph"):
+            proto = onnx.load(str(path), load_external_data=False)
         record = {p.key: p.value for p in proto.metadata_props}.get("vitlab")
     elif path.suffix == ".xml":
         ov = require("openvino", "reading an OpenVINO model")
-        model = ov.Core().read_model(str(path))
+        with reading(path, "an OpenVINO model (with its .bin beside it)"):
+            model = ov.Core().read_model(str(path))
         record = model.get_rt_info(["vitlab"]).astype(str) if model.has_rt_info(["vitlab"]) else None
     elif path.suffix == ".pt2":
         extra = {"vitlab.json": ""}
-        torch.export.load(str(path), extra_files=extra)
+        with reading(path, "a torch.export program"):
+            torch.export.load(str(path), extra_files=extra)
         record = extra["vitlab.json"] or None
     else:
         raise ValueError(f"{path} is not an exported model: expected .onnx, .xml (OpenVINO) or .pt2")
     if not record:
         raise ValueError(f"{path} was not written by `vitlab export` (it has no vitlab record); export the run "
                          f"with `vitlab export RUN --format ...`")
-    return json.loads(record)
+    try:
+        return json.loads(record)
+    except json.JSONDecodeError as error:
+        raise damaged(path, "a graph with vitlab's record", error) from error
