@@ -45,7 +45,7 @@ def damaged(path: str | os.PathLike, what: str, error: BaseException, hint: str 
     except OSError:
         size = None
     reason = (str(error).strip().splitlines() or [""])[0][:200]
-    found = "it is empty (0 bytes)" if size == 0 else f"{type(error).__name__}{': ' + reason if reason else ''}"
+    found = "empty: 0 bytes" if size == 0 else f"{type(error).__name__}{': ' + reason if reason else ''}"
     if hint is None:
         if in_hub_cache(path):
             hint = (f"it is a download in the Hugging Face cache, probably cut short: delete {path} and run the "

@@ -43,11 +43,18 @@ def test_predict_classification_on_a_runtime_equals_torch(trained, capsys, backe
 
 
 @pytest.mark.slow
-def test_predict_detection_on_openvino_equals_torch(trained, capsys):
-    images = sorted((trained["scenes"] / "images" / "val").glob("*.png"))[:2]
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_predict_detection_on_a_runtime_equals_torch_for_photos_of_different_sizes(trained, capsys, tmp_path,
+                                                                                  backend):
+    """One graph, made at the first photo's size, answers the second, of another size and orientation, as torch."""
+    scenes = sorted((trained["scenes"] / "images" / "val").glob("*.png"))[:2]
+    images = []
+    for scene, size in zip(scenes, [(96, 64), (64, 112)]):
+        images.append(tmp_path / f"{scene.stem}-{size[0]}x{size[1]}.png")
+        Image.open(scene).resize(size).save(images[-1])
     args = ["predict", str(trained["detr"]), *map(str, images), "--threshold", "0.05"]
     expected = run_json(capsys, *args)
-    got = run_json(capsys, *args, "--runtime", "openvino")
+    got = run_json(capsys, *args, "--runtime", backend)
     assert sum(len(item["detections"]) for item in expected) > 0
     for want, have in zip(expected, got):
         assert [d["label"] for d in have["detections"]] == [d["label"] for d in want["detections"]]
@@ -91,6 +98,28 @@ def test_serve_loads_runs_onto_a_runtime(trained):
     assert [p["class"] for p in have["top_k"]] == [p["class"] for p in want["top_k"]]
     assert np.allclose([p["probability"] for p in have["top_k"]], [p["probability"] for p in want["top_k"]],
                        atol=1e-4)
+
+
+@pytest.mark.slow
+def test_serve_on_onnxruntime_answers_uploads_of_different_sizes_as_torch(trained):
+    """Two uploads of other sizes and orientations than each other: one graph, torch's boxes and scores."""
+    from vitlab.serve.runs import load_runs, predict
+
+    def on_onnxruntime(model, path, which):
+        return runtime.load(model, backend="onnxruntime").as_model()
+
+    torch_run, = load_runs([trained["detr"]])
+    runtime_run, = load_runs([trained["detr"]], runtime=on_onnxruntime)
+    scene = Image.open(sorted((trained["scenes"] / "images" / "val").glob("*.png"))[0])
+    for size in [(96, 64), (64, 120)]:
+        picture = scene.resize(size)
+        want = predict(torch_run, picture, "a.png", threshold=0.05)
+        have = predict(runtime_run, picture, "a.png", threshold=0.05)
+        assert want["detections"], "the test needs detections to compare"
+        assert [d["label"] for d in have["detections"]] == [d["label"] for d in want["detections"]]
+        for a, b in zip(want["detections"], have["detections"]):
+            assert abs(a["score"] - b["score"]) <= 2e-4  # both rounded to 4 places
+            assert np.allclose(a["box"], b["box"], atol=0.15)  # both rounded to 0.1 pixel
 
 
 @pytest.mark.parametrize("backend,extra", [("openvino", "openvino"), ("onnxruntime", "onnx")])

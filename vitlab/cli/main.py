@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # errors a user can cause carry a message that says what to do; no traceback needed. Library errors name
         # the parameter (`ema_decay`); here the user sees the flag (`--ema-decay`)
-        message = error.as_flag() if hasattr(error, "as_flag") else str(error)
-        print(f"vitlab {args.command}: error: {message}", file=sys.stderr)
+        message = error.as_flag() if hasattr(error, "as_flag") else os_error_text(error) or str(error)
+        print(f"vitlab {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = " (a training run continues with --resume RUN_DIR)" if args.command == "train" else ""
@@ -81,9 +81,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _said_to_the_user(error: Exception, *more: type) -> bool:
-    """Errors a user can cause, whose message says what to do; the hub's (a repo or file not found, offline) too."""
-    user_errors = (ValueError, TypeError, FileNotFoundError, ArithmeticError, ConnectionError, *more)
-    return isinstance(error, user_errors) or type(error).__module__.startswith("huggingface_hub")
+    """Errors a user can cause, whose message says what to do; the hub's (a repo or file not found, offline) too,
+    the operating system's (a path that cannot be read or written: os_error_text) and the file formats' (a
+    damaged file that reached no reader of vitlab's, which would have said so: reading.py)."""
+    user_errors = (ValueError, TypeError, OSError, ArithmeticError, EOFError, *more)
+    return (isinstance(error, user_errors) or type(error).__module__.startswith("huggingface_hub")
+            or type(error).__name__ in FORMAT_ERRORS)
+
+
+# what the readers of the formats vitlab reads raise on a damaged file: safetensors', protobuf's (ONNX)
+FORMAT_ERRORS = ("SafetensorError", "DecodeError")
+
+# what to do about an operating system's error on a path, by its type
+OS_ADVICE = {
+    NotADirectoryError: "a part of this path is a file, not a folder; give a path inside a folder",
+    IsADirectoryError: "this is a folder, where a file is wanted; give a file's path",
+    PermissionError: "permission denied; give a path this user may read (or write), or change its permissions",
+    FileExistsError: "a file is there where a folder is wanted, or the other way round; give another path",
+    FileNotFoundError: "no such file or folder; check the path",
+}
+
+
+def os_error_text(error: Exception) -> str | None:
+    """One line for an operating system's error on a path: the path, what went wrong, what to do; None for an error
+    vitlab raised with its own message (no errno) or one that is not the operating system's."""
+    if not isinstance(error, OSError) or error.errno is None:
+        return None
+    import errno
+
+    advice = next((text for kind, text in OS_ADVICE.items() if isinstance(error, kind)), None)
+    if error.errno == errno.ENOSPC:
+        advice = "the disk is full; free some space and run the command again"
+    elif error.errno == errno.EROFS:
+        advice = "the file system is read-only; give a path on a writable one"
+    paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+    what = error.strerror or type(error).__name__
+    return f"{paths + ': ' if paths else ''}{what}" + (f" ({advice})" if advice else "")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from .options import SELECTED_WEIGHTS, add_weights_flag
 
@@ -38,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dynamic and args.backend != "onnxruntime":
         raise ValueError("--dynamic: only onnxruntime quantizes without calibration; drop it for openvino")
+    if args.out and args.calibration:
+        from ..engine.run import refuse_overlap
+
+        refuse_overlap(Path(args.out), [("calibration", Path(args.calibration))])
     report = quantize_run(args.run_dir, args.backend, args.calibration, args.samples, args.out, args.weights,
                           args.keep_fp32, args.dynamic)
     print(json.dumps(report) if args.json else format_report(report))

@@ -51,6 +51,18 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def refuse_overlap(out: Path, inputs: list[tuple[str, Path]] | tuple = ()) -> None:
+    """Refuse an output folder `out` that is, holds or lies in a path a command reads (`inputs`: (option name,
+    path) pairs), before anything is written."""
+    here = Path(out).resolve()
+    for name, given in inputs:
+        source = Path(given).resolve()
+        if source == here or here in source.parents or source in here.parents:
+            where = "is" if source == here else "holds" if source in here.parents else "lies in"
+            raise ValueError(f"--{name.replace('_', '-')} {given} {where} the output folder --out {out}, and the "
+                             f"command reads it: nothing was written. Give an --out folder apart from what it reads")
+
+
 class RunDir:
     """The files of one run. Only rank 0 of a distributed run writes (the loop sees to it)."""
 
@@ -83,15 +95,31 @@ class RunDir:
     def holds_run(self) -> bool:
         return self.file(CONFIG_FILE).is_file() or self.file(STATE_FILE).is_file()
 
-    def prepare(self, overwrite: bool, extra_files: tuple[str, ...] = ()) -> None:
-        """A new run never mixes with an old one: refuse a folder that holds a run unless told to start over,
-        then remove every file a run writes (`extra_files`: the task's own, such as confusion.png)."""
+    def prepare(self, overwrite: bool, extra_files: tuple[str, ...] = (),
+                inputs: list[tuple[str, Path]] | None = None) -> None:
+        """Make the folder ready for a new run, never mixing with an old one and never losing what a user put there.
+
+        Refused, before anything is written: an `inputs` path ((option name, a file or folder the run reads)) that
+        is the folder, lies in it or holds it; a folder that holds a run, unless told to start over (`overwrite`);
+        files with a run's names (`extra_files`: the task's own, such as confusion.png) that a user put there,
+        named, unless `overwrite`. Then exactly those files are removed; any other file stays."""
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"--out {self.path} is a file; give a folder for the run (it is created if missing)")
+        refuse_overlap(self.path, inputs or ())
+        owned = [self.file(name) for name in (*RUN_FILES, *extra_files) if self.file(name).exists()]
         if self.holds_run() and not overwrite:
-            raise ValueError(f"{self.path} already holds a run; continue it with --resume {self.path}, start it "
-                             f"over with --overwrite, or give another --out")
+            resumable = self.file(STATE_FILE).is_file()
+            how = (f"continue it with --resume {self.path}, start it over with --overwrite" if resumable else
+                   "it stopped before its first checkpoint, so there is nothing to resume: start it over with "
+                   "--overwrite")
+            raise ValueError(f"{self.path} already holds a run; {how}, or give another --out")
+        if owned and not overwrite:
+            raise ValueError(f"{self.path} holds no run, but files a run writes: "
+                             f"{', '.join(p.name for p in owned)}; a new run would replace them. Move them away, "
+                             f"replace them with --overwrite, or give another --out")
         self.path.mkdir(parents=True, exist_ok=True)
-        for name in (*RUN_FILES, *extra_files):
-            self.file(name).unlink(missing_ok=True)
+        for path in owned:
+            path.unlink()
         for leftover in self.path.glob(".*.tmp"):  # temporary files of a write that was killed
             leftover.unlink(missing_ok=True)
 

@@ -46,6 +46,15 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, model_name: str | None = None) -> Path:
-    """Any supported checkpoint in, vitlab safetensors (weights + config) out."""
+    """Any supported checkpoint in, vitlab safetensors (weights + config) out. `dst` must be a new .safetensors
+    path: never `src` itself (the source is read, never written), never another format's name."""
+    dst = Path(dst)
+    if dst.suffix != ".safetensors":
+        raise ValueError(f"{dst}: vitlab convert writes safetensors; give a destination ending in .safetensors")
+    if dst.exists() and Path(src).exists() and os.path.samefile(src, dst):
+        raise ValueError(f"{dst} is the source itself: converting it in place would overwrite what is being read; "
+                         f"give another destination")
+    if dst.is_dir():
+        raise ValueError(f"{dst} is a folder; give the .safetensors file to write")
     model = model_from_checkpoint(src, model_name)
     return save_weights(model, dst)

@@ -80,15 +80,23 @@ def layered_output(layers: list[tuple[torch.Tensor, torch.Tensor]], denoising: D
     return out
 
 
+EXPORT_MIN_SIDE = 256  # 4 pixels of the coarsest map at stride 64
+
+
 def detector_export_spec(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None) -> ExportSpec:
     """images (B, 3, H, W), padding_mask (B, H, W) -> logits (B, N, K[+1]), pred_boxes (B, N, 4), in eval mode (the
     last decoder layer's); batch and image size free. An example of images alone gets a mask of no padding."""
     if example is None:
         size = model.config.img_size
         example = (torch.randn(2, 3, size, size),)
-    if len(example) == 1:
-        images = example[0]
-        example = (images, torch.zeros(images.shape[0], *images.shape[-2:], dtype=torch.bool))
+    images = example[0]
+    # traced at no less than EXPORT_MIN_SIDE a side: torch.export makes an axis of size 1 a constant (its 0/1
+    # specialisation), and an image whose coarsest map is one pixel high or wide (64 pixels at Deformable DETR's
+    # stride 64) would give a graph that holds that map's size fixed while the image's stays free
+    height, width = (max(side, EXPORT_MIN_SIDE) for side in images.shape[-2:])
+    if (height, width) != tuple(images.shape[-2:]) or len(example) == 1:
+        images = torch.randn(*images.shape[:-2], height, width, dtype=images.dtype)
+        example = (images, torch.zeros(images.shape[0], height, width, dtype=torch.bool))
 
     def detect(m: nn.Module, images: torch.Tensor, padding_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = m(images, padding_mask)

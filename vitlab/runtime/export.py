@@ -111,10 +111,25 @@ def exported_program(graph: Graph) -> torch.export.ExportedProgram:
             warnings.simplefilter("ignore")
             program = torch.export.export(graph.module, graph.example, dynamic_shapes=(graph.dynamic_shapes(),))
     except Exception as error:  # torch.export raises many types; all mean the same to a user
+        refusal = _models_refusal(error)
+        if refusal is not None:  # the model refuses the example itself (a size its grid or tile does not take)
+            raise ExportError(f"the {graph.kind} refuses this input: {refusal}") from error
         raise ExportError(f"torch.export could not trace the {graph.kind} graph with free axes "
                           f"{graph.dynamic}: {type(error).__name__}: {str(error).splitlines()[0]}") from error
     graph.keep_free(program)
     return program
+
+
+def _models_refusal(error: BaseException) -> str | None:
+    """The message of a ValueError that vitlab's model code raised while being traced (its input checks), found
+    among the causes torch.export wraps it in; None where the trace failed for another reason."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ValueError) and (type(error) is ValueError or type(error).__module__.startswith("vitlab")):
+            return str(error)
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _write_onnx(graph: Graph, path: Path, optimize: bool) -> None:

@@ -110,20 +110,39 @@ def _run(cls: type[Task], config: Any, loop: LoopConfig, out: str | None, overwr
         # every process writes to the folder rank 0 names (a default name holds a timestamp)
         default = f"runs/{cls.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         run = RunDir(broadcast_object(out or default, dist))
-        if saved is None and dist.is_main:
-            run.prepare(overwrite, cls.extra_files)
-        barrier(dist)
-        data = task.build_data(saved=saved.get("data") if saved else None)
-        if saved is not None:
-            task.check_resume(saved)
-        torch.manual_seed(loop.seed)
-        model = task.build_model()
+        made_here = saved is None and dist.is_main and not run.path.exists()
+        try:
+            if saved is None and dist.is_main:
+                run.prepare(overwrite, cls.extra_files, inputs=paths_read(config, loop))
+            barrier(dist)
+            data = task.build_data(saved=saved.get("data") if saved else None)
+            if saved is not None:
+                task.check_resume(saved)
+            torch.manual_seed(loop.seed)
+            model = task.build_model()
+        except BaseException:
+            if made_here and run.path.is_dir() and not any(run.path.iterdir()):
+                run.path.rmdir()  # a start that failed (unreadable --weights, bad data) leaves no folder behind
+            raise
         info = {"task": cls.name, "config": dataclasses.asdict(task.config), **task.run_info(),
                 "model_config": model_config(model)}
         metrics = fit(task, model, data, loop, run, resume=saved is not None, run_info=info, dist=dist)
         return {**metrics, "run_dir": str(run.path)}
     finally:
         torch.set_num_threads(threads_before)  # leave the process as it was (a notebook, a test session)
+
+
+def paths_read(*configs: Any) -> list[tuple[str, Path]]:
+    """The options of `configs` (dataclasses) that name a file or folder on disk, which the run reads: --weights,
+    --teacher, --vqgan, --data, ... (a release's name or the built-in data set's is not a path)."""
+    found = []
+    for config in configs:
+        for field in dataclasses.fields(config):
+            value = getattr(config, field.name)
+            for item in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(item, str | Path) and str(item) and Path(item).exists():
+                    found.append((field.name, Path(item)))
+    return found
 
 
 def model_config(model: nn.Module) -> dict[str, Any]:
