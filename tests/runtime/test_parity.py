@@ -71,10 +71,13 @@ SIZES = {
     "vqgan": [(2, 32, 8, 8), (1, 32, 6, 10), (1, 32, 12, 4), (3, 32, 8, 8)],  # latents: the decoder's input
 }
 REFUSED = {"vit": (1, 1, 35, 42), "deit": (1, 1, 21, 28), "ipt": (1, 3, 64, 40)}  # torch refuses these as well
-# torch.compile cannot run a graph at a size it was not made for (its guards recompile), and compiling a detector
-# with free image axes takes minutes (Deformable DETR: 100-200 s a graph here): it is held to torch at its first
-# size and at another batch of another size and orientation
-COMPILE_SIZES = {"detr": [(2, 3, 64, 96), (3, 3, 96, 64)], "deformable_detr": [(2, 3, 64, 96), (3, 3, 96, 64)]}
+# torch.compile cannot run a graph at a size it was not made for (its guards recompile), and each graph of a
+# detector takes a minute to compile here: it is held to torch at its first size and at another batch of another
+# orientation, which the same graph serves (its image axes are free from the first call)
+COMPILE_SIZES = {"detr": [(1, 3, 96, 128), (1, 3, 128, 96)], "deformable_detr": [(1, 3, 96, 128), (1, 3, 128, 96)]}
+# SETR's grid resampled to another size is a bicubic interpolation with antialiasing, which OpenVINO 2026.4 cannot
+# convert: refused, with the reason (SETR's own size runs there)
+NOT_CONVERTED = {("setr", "openvino"): (1, 3, 96, 160)}
 
 
 def inputs_at(name: str, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
@@ -88,9 +91,22 @@ def test_every_family_on_every_runtime_equals_torch_at_every_size(name, backend)
     model, _ = build(name)
     engine = runtime.load(model, backend=backend)
     torch.manual_seed(1)
-    for shape in (COMPILE_SIZES.get(name, SIZES[name]) if backend == "compile" else SIZES[name]):
+    sizes = COMPILE_SIZES.get(name, SIZES[name]) if backend == "compile" else SIZES[name]
+    unconverted = NOT_CONVERTED.get((name, backend))
+    for shape in sizes:
+        if shape == unconverted:
+            with pytest.raises(ExportError, match=r"OpenVINO .* cannot convert .* onnxruntime"):
+                engine.named(*inputs_at(name, shape))
+            continue
         inputs = inputs_at(name, shape)
         assert_same(engine.named(*inputs), reference(name, model, inputs), shape)
+    if backend == "compile" and name in COMPILE_SIZES:
+        from torch._dynamo.utils import counters
+
+        graphs = counters["stats"]["unique_graphs"]
+        inputs = inputs_at(name, (1, 3, 112, 112))  # a third size of the same class: no new graph
+        assert_same(engine.named(*inputs), reference(name, model, inputs), (1, 3, 112, 112))
+        assert counters["stats"]["unique_graphs"] == graphs
     # the structured call gives what the model gives: a tensor, or DetectionOutput / SegmentationOutput
     expected = reference(name, model, inputs)
     structured = engine(*inputs)
@@ -119,6 +135,10 @@ def test_a_saved_detectors_graph_is_right_at_sizes_other_than_the_first(name, tm
         x = torch.randn(*shape)
         assert_same(engine.named(x), reference(name, model, (x,)), shape)
     assert len(engine._engines) == 1
+    program = runtime.load(runtime.export_model(model, tmp_path / "model.pt2", "exported-program"))
+    for shape in [(1, 3, 96, 160), (3, 3, 200, 120)]:  # the exported program, made at 256², at other sizes
+        x = torch.randn(*shape)
+        assert_same(program.named(x), reference(name, model, (x,)), shape)
     images = torch.randn(2, 3, 64, 64)
     mask = torch.zeros(2, 64, 64, dtype=torch.bool)
     mask[1, :, 40:] = True  # the second image is 40 pixels wide, padded to 64

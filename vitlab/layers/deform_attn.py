@@ -287,21 +287,49 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.
     _check_shapes(value, sampling_locations, attention_weights)
     batch, length, heads, head_dim = value.shape
     queries = sampling_locations.shape[1]
-    exporting = torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
-    if exporting or (torch.compiler.is_compiling() and not torch.is_grad_enabled()):
-        # traceable with symbolic sizes (an exported graph, compiled inference): no Python list of the level shapes
-        # (reading one back is a graph break and a recompile for every image size), a gather instead of embedding_bag.
-        # Compiled training keeps the fast path's own backward
+    if torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export() or torch.jit.is_tracing():
+        # one graph for every size: no Python list of the level shapes (it would hold the traced size's), a gather
+        # of the corners instead of embedding_bag, which the runtimes have
         rows, weights = _corner_rows_and_weights(value.shape, spatial_shapes, sampling_locations, attention_weights)
         table = value.reshape(batch * length * heads, head_dim)
         out = (table[rows] * weights[..., None].to(table.dtype)).sum(1)  # (B·Q·heads, head_dim)
         return out.view(batch, queries, heads * head_dim)
+    if torch.compiler.is_compiling():
+        # torch.compile keeps the core one opaque op of its graph, run as it is: traced, the gather's symbolic
+        # indexing took inductor minutes a graph, and reading the level shapes back (a graph break) recompiled the
+        # graphs around it at every image size. Training keeps its own backward between graphs
+        if torch.is_grad_enabled():
+            return _sample_eagerly(value, spatial_shapes, sampling_locations, attention_weights)
+        return _deformable_sampling_op(value, spatial_shapes, sampling_locations, attention_weights)
+    return _sample(value, spatial_shapes, sampling_locations, attention_weights)
+
+
+def _sample(value: torch.Tensor, spatial_shapes: torch.Tensor, sampling_locations: torch.Tensor,
+            attention_weights: torch.Tensor) -> torch.Tensor:
+    """The fast path's sum (the module docstring), eagerly: the level shapes read back as Python numbers."""
+    length = value.shape[1]
     shapes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
     if sum(h * w for h, w in shapes) != length:
         raise ValueError(f"the levels {spatial_shapes.tolist()} hold {sum(h * w for h, w in shapes)} pixels, "
                          f"but value has S={length}")
     return _DeformableSampling.apply(value, sampling_locations, attention_weights, shapes)
 
+
+_sample_eagerly = torch.compiler.disable(_sample)
+
+
+@torch.library.custom_op("vitlab::multi_scale_deformable_attention", mutates_args=())
+def _deformable_sampling_op(value: torch.Tensor, spatial_shapes: torch.Tensor, sampling_locations: torch.Tensor,
+                            attention_weights: torch.Tensor) -> torch.Tensor:
+    """The fast path's sum as an operator torch.compile does not look into (inference: no autograd formula)."""
+    return _sample(value, spatial_shapes, sampling_locations, attention_weights)
+
+
+@_deformable_sampling_op.register_fake
+def _(value: torch.Tensor, spatial_shapes: torch.Tensor, sampling_locations: torch.Tensor,
+      attention_weights: torch.Tensor) -> torch.Tensor:
+    batch, _, heads, head_dim = value.shape
+    return value.new_empty(batch, sampling_locations.shape[1], heads * head_dim)
 
 class MSDeformAttn(nn.Module):
     """Multi-scale deformable attention with its projections: queries predict where (offsets) and how much

@@ -129,7 +129,15 @@ class Runtime:
                                 free=graph.dynamic)
         if self.backend == "openvino":
             ov = require("openvino", "the openvino backend")
-            return OpenVinoBackend(ov.convert_model(exported_program(graph)), self.settings, self.precision)
+            program = exported_program(graph)
+            try:
+                converted = ov.convert_model(program)
+            except Exception as error:
+                raise ExportError(f"OpenVINO {ov.__version__} cannot convert this {graph.kind} graph at "
+                                  f"{' and '.join('×'.join(map(str, x.shape)) for x in graph.example)} ("
+                                  f"{' '.join(str(error).split())[-200:]}); run it on onnxruntime, compile or "
+                                  f"torch") from error
+            return OpenVinoBackend(converted, self.settings, self.precision)
         return OnnxRuntimeBackend(str(self._fp32_onnx(graph, key)), self.settings, self.precision)
 
     def _fp32_onnx(self, graph: Graph, key: tuple) -> Path:

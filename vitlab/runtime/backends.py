@@ -84,7 +84,9 @@ class TorchBackend:
         # frozen weights let inductor fold them into its kernels (inference only: nothing trains them); on only
         # while this module runs, which is when torch.compile (re)compiles it: see FrozenWeights
         self.frozen = FROZEN_WEIGHTS if compile else nullcontext()
+        self.eager, self.shapes_seen = module, set()
         if compile:
+            allow_recompiles()
             self.module = torch.compile(module)
         self.name = "compile" if compile else "torch"
 
@@ -94,8 +96,15 @@ class TorchBackend:
         if self.free != ():
             free = self.free or ({0: "batch"},) * len(tensors)
             tensors = [free_axes(t, axes) for t, axes in zip(tensors, free)]
-        with torch.inference_mode(), autocast, self.frozen:
-            outputs = self.module(*tensors)
+        shapes = tuple(tuple(t.shape) for t in tensors)
+        with torch.inference_mode(), autocast:
+            if self.free != () and shapes not in self.shapes_seen:
+                # a new size meets the model's input checks eagerly first: an error raised inside torch.compile's
+                # tracing makes it skip the function for good, and every runtime's graph is the same function
+                self.eager(*tensors)
+                self.shapes_seen.add(shapes)
+            with self.frozen:
+                outputs = self.module(*tensors)
         outputs = [outputs] if isinstance(outputs, torch.Tensor) else outputs
         return [o.float() for o in outputs]
 
@@ -140,6 +149,21 @@ class FrozenWeights:
 FROZEN_WEIGHTS = FrozenWeights()
 
 
+# graphs torch.compile may keep per function: every runtime's graph is one function (graphs._Returns.forward), so
+# torch's 8 were spent by a few models and sizes in one process (a server, the tests), after which it fell back to
+# running each of its graphs' pieces apart
+RECOMPILE_LIMIT = 64
+
+
+def allow_recompiles() -> None:
+    """Raise torch.compile's per-function graph limit to RECOMPILE_LIMIT (never lower it)."""
+    import torch._dynamo.config as dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):  # the name since torch 2.6, and before
+        if isinstance(getattr(dynamo, name, None), int):
+            setattr(dynamo, name, max(getattr(dynamo, name), RECOMPILE_LIMIT))
+
+
 def free_axes(x: torch.Tensor, axes: dict[int, str]) -> torch.Tensor:
     """x as a new tensor object (the same memory) whose `axes` torch.compile keeps free from the first call on; the
     batch from 2 on (a batch of 1 is compiled as such). The marks stay on the alias: the caller's tensor would carry
@@ -149,7 +173,8 @@ def free_axes(x: torch.Tensor, axes: dict[int, str]) -> torch.Tensor:
     MKL only when it knows the row count, hands the linear layers to oneDNN instead: 1.1-1.6x eager MKL on ViT
     layers at batch 32 on a 2-core AMD EPYC with AVX-512, within ±13 % of eager and packed MKL on one with AVX2
     only (`benchmarks/linear_kernels.py`). A detector's image axes are marked too: left to torch.compile's automatic
-    dynamic shapes, each new size recompiled the graph (Deformable DETR: 8 recompiles in 10 sizes, 30-75 s each).
+    dynamic shapes, most new sizes recompiled the graph, and Deformable DETR reached torch's recompile limit
+    (`benchmarks/compile_sizes.py` measures what each size costs now).
     """
     marked = [axis for axis in axes if axis < x.ndim and (x.shape[axis] > 1 if axis == 0 else True)]
     if marked:
