@@ -57,10 +57,15 @@ def test_predict_detection_on_a_runtime_equals_torch_for_photos_of_different_siz
     got = run_json(capsys, *args, "--runtime", backend)
     assert sum(len(item["detections"]) for item in expected) > 0
     for want, have in zip(expected, got):
-        assert [d["label"] for d in have["detections"]] == [d["label"] for d in want["detections"]]
-        for a, b in zip(want["detections"], have["detections"]):
-            assert abs(a["score"] - b["score"]) <= 2e-4  # both rounded to 4 places
-            assert np.allclose(a["box"], b["box"], atol=0.15)  # both rounded to 0.1 pixel
+        assert_same_detections(want, have)
+
+
+def assert_same_detections(want: dict, have: dict) -> None:
+    """The same labels in the same order, scores and boxes as equal as their rounding lets them be."""
+    assert [d["label"] for d in have["detections"]] == [d["label"] for d in want["detections"]]
+    for a, b in zip(want["detections"], have["detections"]):
+        assert abs(a["score"] - b["score"]) <= 2e-4  # both rounded to 4 places
+        assert np.allclose(a["box"], b["box"], atol=0.15)  # both rounded to 0.1 pixel
 
 
 @pytest.mark.slow
@@ -83,15 +88,21 @@ def test_restore_on_openvino_equals_torch(trained, tmp_path, capsys):
     assert np.abs(torch_png - runtime_png).max() <= 1  # outputs within 1e-4 can round to neighbouring levels
 
 
+def served(run_dir, backend: str) -> tuple:
+    """The run as `vitlab serve` loads it on torch, and on `backend`."""
+    from vitlab.serve.runs import load_runs
+
+    def on_backend(model, path, which):
+        return runtime.load(model, backend=backend).as_model()
+
+    return load_runs([run_dir])[0], load_runs([run_dir], runtime=on_backend)[0]
+
+
 @pytest.mark.slow
 def test_serve_loads_runs_onto_a_runtime(trained):
-    from vitlab.serve.runs import load_runs, predict
+    from vitlab.serve.runs import predict
 
-    def on_openvino(model, path, which):
-        return runtime.load(model, backend="openvino").as_model()
-
-    torch_run, = load_runs([trained["cls"]])
-    runtime_run, = load_runs([trained["cls"]], runtime=on_openvino)
+    torch_run, runtime_run = served(trained["cls"], "openvino")
     assert hasattr(runtime_run.model, "runtime") and not hasattr(torch_run.model, "runtime")
     picture = Image.open(EXAMPLES[0])
     want, have = predict(torch_run, picture, "a.png"), predict(runtime_run, picture, "a.png")
@@ -103,23 +114,16 @@ def test_serve_loads_runs_onto_a_runtime(trained):
 @pytest.mark.slow
 def test_serve_on_onnxruntime_answers_uploads_of_different_sizes_as_torch(trained):
     """Two uploads of other sizes and orientations than each other: one graph, torch's boxes and scores."""
-    from vitlab.serve.runs import load_runs, predict
+    from vitlab.serve.runs import predict
 
-    def on_onnxruntime(model, path, which):
-        return runtime.load(model, backend="onnxruntime").as_model()
-
-    torch_run, = load_runs([trained["detr"]])
-    runtime_run, = load_runs([trained["detr"]], runtime=on_onnxruntime)
+    torch_run, runtime_run = served(trained["detr"], "onnxruntime")
     scene = Image.open(sorted((trained["scenes"] / "images" / "val").glob("*.png"))[0])
     for size in [(96, 64), (64, 120)]:
         picture = scene.resize(size)
         want = predict(torch_run, picture, "a.png", threshold=0.05)
         have = predict(runtime_run, picture, "a.png", threshold=0.05)
         assert want["detections"], "the test needs detections to compare"
-        assert [d["label"] for d in have["detections"]] == [d["label"] for d in want["detections"]]
-        for a, b in zip(want["detections"], have["detections"]):
-            assert abs(a["score"] - b["score"]) <= 2e-4  # both rounded to 4 places
-            assert np.allclose(a["box"], b["box"], atol=0.15)  # both rounded to 0.1 pixel
+        assert_same_detections(want, have)
 
 
 @pytest.mark.parametrize("backend,extra", [("openvino", "openvino"), ("onnxruntime", "onnx")])
