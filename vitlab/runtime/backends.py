@@ -176,7 +176,7 @@ def free_axes(x: torch.Tensor, axes: dict[int, str]) -> torch.Tensor:
     dynamic shapes, most new sizes recompiled the graph, and Deformable DETR reached torch's recompile limit
     (`benchmarks/compile_sizes.py` measures what each size costs now).
     """
-    marked = [axis for axis in axes if axis < x.ndim and (x.shape[axis] > 1 if axis == 0 else True)]
+    marked = [axis for axis in axes if axis < x.ndim and (axis > 0 or x.shape[0] > 1)]
     if marked:
         x = x.view(x.shape)
         for axis in marked:
