@@ -8,6 +8,8 @@ The loop owns what every task needs, once:
 - a run's length in optimizer steps (`steps`) or in passes over the data (`epochs`, where the data has them);
 - gradient accumulation, clipping, bf16/fp16 autocast with the gradient scaler, `torch.compile`,
   DistributedDataParallel under torchrun, an exponential moving average of the weights;
+- the training step through the model's training view (`engine/lean.py`): a classifier that reads only its class
+  token computes only those rows of its last block, with the same loss and gradients;
 - a progress bar, a metrics row at each evaluation, atomic checkpoints in a `RunDir`, the best checkpoint by
   the validation metric the task names (`task.best = ("val_acc", "max")`), and exact resume: the data order, the
   data stream's state and every RNG stream are saved, so a killed run continues draw for draw;
@@ -45,6 +47,7 @@ from tqdm import tqdm
 from .config import LoopConfig
 from .distributed import DistInfo, all_reduce_sum, barrier, gather_objects
 from .ema import ModelEma
+from .lean import training_view
 from .optim import build_optimizer, build_scheduler, inverse_sqrt, inverse_sqrt_scale, warmup_poly
 from .rng import rng_state, set_rng_state, set_seed
 from .run import RunDir
@@ -321,13 +324,15 @@ class _Loop:
             warnings.warn(f"bf16: {bf16_unsupported_reason(self.device)}", stacklevel=3)
         # the compiled module shares `model`'s parameters; files are written from `model`, so keys stay plain
         self.forward_model = maybe_compile(self.model, config.compile, dynamic=False)
-        self.train_model = self.forward_model
+        view = training_view(self.model)  # the model, or its forward computing only what the loss reads
+        self.train_model = self.forward_model if view is self.model else maybe_compile(view, config.compile,
+                                                                                       dynamic=False)
         if dist.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
             # a multi-task step (IPT) uses one task's head and tail: the others get no gradient that step
             self.train_model = DistributedDataParallel(
-                self.forward_model, device_ids=[self.device] if self.device.type == "cuda" else None,
+                self.train_model, device_ids=[self.device] if self.device.type == "cuda" else None,
                 find_unused_parameters=self.task.unused_parameters)
         end = self._end_step()
         if self.step >= end:

@@ -115,6 +115,21 @@ class EncoderBlock(nn.Module):
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # eq. 3
         return x
 
+    def forward_first(self, x: torch.Tensor, keep: int) -> torch.Tensor:
+        """The block's output for the first `keep` tokens alone: x (B, N, D) -> (B, keep, D).
+
+        Every token still gives a key and a value; only the first `keep` ask queries, and only their rows go through
+        the output projection and the MLP. Equal to `forward(x)[:, :keep]`, gradients included, for about keep/N of
+        the cost of everything but the key and value projections: all that a classifier reading only its class
+        token needs of its last block. Self-attention without masks, positions or a cache, as a ViT's. A dropout
+        here would draw its masks over keep rows rather than N (same distribution, other draws); drop path draws
+        one per sample, the same either way.
+        """
+        h = self.norm1(x)
+        attended = self.attn(h[:, :keep], h)  # queries (B, keep, D) attend over keys and values of all N tokens
+        x = x[:, :keep] + self.drop_path1(self.ls1(attended))  # eq. 2, for the kept rows
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))  # eq. 3
+
     def self_attention(self, h: torch.Tensor, attn_mask: torch.Tensor | None, key_padding_mask: torch.Tensor | None,
                        pos: torch.Tensor | None, return_attn: bool = False, cache: KVCache | None = None):
         """Attention of h (B, N, D) over itself: queries and keys from h + pos, values from h -> (B, N, D).

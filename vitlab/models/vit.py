@@ -259,6 +259,40 @@ class VisionTransformer(nn.Module):
         """images (B, C, H, W) -> logits (B, num_classes) (or pooled features (B, D) when num_classes=0)."""
         return self.forward_head(self.forward_features(images))
 
+    # ---- training and inference that compute only what the head reads -----------------------------------------
+    def forward_lean(self, images: torch.Tensor) -> torch.Tensor:
+        """forward(images), with the last block making only the P prefix rows (B, P, D) that forward_head reads
+        (eq. 4 takes z_L⁰): the same logits and the same gradients for every parameter, for ~0.84/depth less work
+        (7 % at depth 12, 14 % at depth 6). Only where `reads_prefix_only`; `lean_exact` says when it is the same run."""
+        x = self.embed(images)  # (B, P + N, D)
+        *body, last = self.blocks
+        for block in body:
+            x = block(x)
+        x = last.forward_first(x, self.num_prefix_tokens)  # (B, P, D): the class (and distillation) token
+        return self.forward_head(self.norm(x))
+
+    @property
+    def reads_prefix_only(self) -> bool:
+        """Whether forward's output depends on the last block's P prefix rows alone, so that forward_lean gives
+        it: the head pools the class token, forward and forward_features are VisionTransformer's own (a subclass
+        may read more of the tokens), and the last block is a plain EncoderBlock."""
+        if self.global_pool != "token" or not len(self.blocks):
+            return False
+        kind = type(self)
+        return (kind.forward is VisionTransformer.forward and kind.forward_features is VisionTransformer.forward_features
+                and type(self.blocks[-1]) is EncoderBlock)
+
+    @property
+    def lean_exact(self) -> bool:
+        """Whether forward_lean is forward draw for draw, now: it reads the prefix rows only, and the last block
+        draws no dropout masks (in training, over P rows instead of P + N they would be other draws: the same
+        distribution, but not the same run)."""
+        if not self.reads_prefix_only:
+            return False
+        last = self.blocks[-1]
+        return not (last.training and (last.attn.attn_drop or any(
+            m.p for m in last.modules() if isinstance(m, nn.Dropout))))
+
     # ---- feature extraction --------------------------------------------------------------------------------
     def get_intermediate_layers(
         self,

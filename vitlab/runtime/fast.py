@@ -126,13 +126,7 @@ class InferenceBlock(EncoderBlock):
         return self.add_residual(x, self.mlp(self.norm2(x)), self.ls2, self.drop_path2)
 
     def forward_first(self, x: torch.Tensor, keep: int) -> torch.Tensor:
-        """The block's output for the first `keep` tokens alone: x (B, N, D) -> (B, keep, D).
-
-        Every token still gives a key and a value; only the first `keep` ask queries, and only their rows go through
-        the output projection and the MLP. Equal to `forward(x)[:, :keep]` (up to float rounding), for about
-        keep/N of the cost of everything but the key and value projections: what a classifier that reads only its
-        class token needs of its last block. Self-attention without masks, positions or a cache, as a ViT's.
-        """
+        """EncoderBlock.forward_first, x (B, N, D) -> (B, keep, D), with the residual sums in place where they may."""
         h = self.norm1(x)
         attended = self.attn(h[:, :keep], h)  # queries (B, keep, D) attend over keys and values from all N tokens
         x = self.add_residual(x[:, :keep], attended, self.ls1, self.drop_path1)  # (B, keep, D)
@@ -154,13 +148,9 @@ class InferenceBlock(EncoderBlock):
 
 
 def lean_classifier(model: nn.Module) -> bool:
-    """Whether model's forward is a VisionTransformer's, forward_head(forward_features(images)) pooling the class
-    token (so its head reads only the prefix rows: VisionTransformer.forward_head), ending in an EncoderBlock."""
-    if not isinstance(model, VisionTransformer) or model.global_pool != "token" or not len(model.blocks):
-        return False
-    kind = type(model)
-    return (kind.forward is VisionTransformer.forward and kind.forward_features is VisionTransformer.forward_features
-            and type(model.blocks[-1]) is EncoderBlock)
+    """Whether model is a VisionTransformer whose output reads only its last block's prefix rows
+    (VisionTransformer.reads_prefix_only), so that its forward_lean gives its forward."""
+    return isinstance(model, VisionTransformer) and model.reads_prefix_only
 
 
 def with_fast_layers(module: nn.Module) -> nn.Module:
@@ -211,15 +201,9 @@ class InferenceModel(ModelWrapper):
         return self.fast(*args, **kwargs)
 
     def lean_forward(self, images: torch.Tensor) -> torch.Tensor:
-        """images (B, C, H, W) -> logits: VisionTransformer.forward with its last block making the P prefix rows
-        alone (InferenceBlock.forward_first), which is all forward_head reads."""
-        vit = self.fast
-        x = vit.embed(images)  # (B, P + N, D)
-        *body, last = vit.blocks
-        for block in body:
-            x = block(x)
-        x = last.forward_first(x, vit.num_prefix_tokens)  # (B, P, D): the class (and distillation) token
-        return vit.forward_head(vit.norm(x))
+        """images (B, C, H, W) -> logits: VisionTransformer.forward_lean on the inference forms of the layers (the
+        last block's InferenceBlock.forward_first), the P prefix rows alone from the last block."""
+        return self.fast.forward_lean(images)
 
 
 def inference_model(model: nn.Module) -> nn.Module:
