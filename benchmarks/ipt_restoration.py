@@ -4,7 +4,8 @@ trained for the same time on the same patches, and how the tiles of tiled infere
     python benchmarks/ipt_restoration.py --budget-min 20          # sr2 + denoise30, 20 minutes per model
     python benchmarks/ipt_restoration.py --budget-min 20 --plain  # also both models without the global residual
     python benchmarks/ipt_restoration.py --single                 # also one IPT per task (equal steps per task)
-    python benchmarks/ipt_restoration.py --quick                  # a smoke run on scikit-image's photographs
+    python benchmarks/ipt_restoration.py --quick                  # a short run on scikit-image's photographs
+    python benchmarks/ipt_restoration.py --smoke                  # every code path once (the tests run this)
 
 The photographs are `vitlab fetch-photos`' 39 training and 10 held-out ones (whole photographs, never crops of a
 training one), halved first (PIL bicubic). Every model is a full `vitlab train --task restoration` run with the
@@ -67,11 +68,12 @@ def step_seconds(model_name: str, tasks: tuple[str, ...], batch: int, patch: int
     return sum(timed) / len(timed)  # the mean: the tasks' steps differ (an SR tail works at twice the size)
 
 
-def train_run(out: Path, data: str, model: str, tasks: tuple[str, ...], steps: int, extra: dict) -> dict:
+def train_run(out: Path, data: str, model: str, tasks: tuple[str, ...], steps: int, extra: dict,
+              batch: int = BATCH) -> dict:
     from vitlab.tasks import train
 
     result = train("restoration", out=str(out), overwrite=True, data=data, model=model,
-                   degradations=",".join(tasks), steps=steps, batch_size=BATCH, eval_every=steps, **extra)
+                   degradations=",".join(tasks), steps=steps, batch_size=batch, eval_every=steps, **extra)
     return result
 
 
@@ -236,7 +238,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--plain", action="store_true", help="also train both models without the global residual")
     parser.add_argument("--single", action="store_true", help="also train one IPT per task")
     parser.add_argument("--keep-runs", type=Path, help="keep the runs here (default: a temporary folder)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: a few steps")
+    parser.add_argument("--quick", action="store_true", help="a short run: 6 s of training per model")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every code path once: --quick with one step per task and no timing loop")
     parser.add_argument("--steps", nargs="*", default=[], metavar="RUN=N",
                         help="steps of a multi-task run (ipt=1464 cnn=1100) instead of the measured budget's")
     parser.add_argument("--reuse", nargs="*", default=[], metavar="RUN",
@@ -252,17 +256,22 @@ def main(argv: list[str] | None = None) -> dict:
     tune_process()  # as `vitlab train` runs: freed memory kept, denormals flushed (IPT's steps take 0.82 s, not 1.5)
     tasks = tuple(args.degradations.split(","))
     data, eval_data = args.data, None
+    args.quick = args.quick or args.smoke
     if args.quick:
         args.budget_min, args.crop = 0.1, 160  # IPT's 48-pixel tiles meet inside a ×2 input of 80
+    batch = 2 if args.smoke else BATCH
+    if args.smoke:  # one step of 2 patches per task, nothing timed: the code paths, not the rates
+        args.steps = [f"{key}={len(tasks)}" for key in ("ipt", "cnn")] + args.steps
+    models = (("ipt", args.model), ("cnn", args.cnn))
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep_runs or Path(tmp)
-        timed_steps = 2 if args.quick else 8  # a smoke run needs the path, not a precise rate
-        seconds = {key: step_seconds(name, tasks, BATCH, steps=timed_steps)
-                   for key, name in (("ipt", args.model), ("cnn", args.cnn))}
-        steps = {key: max(len(tasks), int(args.budget_min * 60 / s) // len(tasks) * len(tasks))
-                 for key, s in seconds.items()}
+        timed_steps = 2 if args.quick else 8  # a quick run needs the path, not a precise rate
+        seconds = {} if args.smoke else {key: step_seconds(name, tasks, BATCH, steps=timed_steps)
+                                         for key, name in models}
+        steps = {key: max(len(tasks), int(args.budget_min * 60 / seconds[key]) // len(tasks) * len(tasks))
+                 for key in seconds}
         steps.update({key: int(n) for key, n in (item.split("=") for item in args.steps)})
-        print(f"measured s/step: {seconds}; steps in {args.budget_min} min: {steps}", flush=True)
+        print(f"measured s/step: {seconds or 'nothing (smoke)'}; steps: {steps}", flush=True)
         runs, info = {}, {}
         plan = [("ipt", args.model, tasks, steps["ipt"], None), ("cnn", args.cnn, tasks, steps["cnn"], None)]
         if args.plain:
@@ -277,14 +286,14 @@ def main(argv: list[str] | None = None) -> dict:
             if residual is not None:
                 extra["global_residual"] = residual
             if key not in args.reuse:
-                train_run(runs[key], data, model, its_tasks, n, extra)
+                train_run(runs[key], data, model, its_tasks, n, extra, batch)
             from vitlab.engine.run import read_metrics
             rows = [row for row in read_metrics(runs[key]) if "train_time_s" in row]  # the test row has none
             if rows[-1]["step"] != n:
                 raise ValueError(f"the kept run {runs[key]} trained {rows[-1]['step']} steps, not {n}")
             train_s = sum(row["train_time_s"] for row in rows)
             info[key] = {"model": model, "degradations": list(its_tasks), "steps": n, "train_min": train_s / 60,
-                         "patches_per_s": n * BATCH / train_s, "wall_min": (time.perf_counter() - start) / 60,
+                         "patches_per_s": n * batch / train_s, "wall_min": (time.perf_counter() - start) / 60,
                          "final_loss": rows[-1]["train_loss"],
                          "global_residual": get_config(model).global_residual if residual is None else residual}
             print(key, json.dumps(info[key]), flush=True)

@@ -25,6 +25,7 @@ from PIL import Image
 
 from vitlab.cli.main import main
 
+from .budget import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401 -- the time budget's hooks
 from .engine.conftest import MINI
 from .hub_fixture import local_hub, no_retry_wait  # noqa: F401 -- the fixture, for every test folder: a local Hugging Face Hub
 

@@ -305,7 +305,7 @@ def _skimage_photo_folder(root):
 @pytest.mark.slow
 def test_ipt_restoration_benchmark_scores_every_model_against_the_input(tmp_path):
     data = _skimage_photo_folder(tmp_path / "photos")
-    result = _load_script("ipt_restoration").main(["--quick", "--data", str(data), "--out", str(tmp_path), "--plain",
+    result = _load_script("ipt_restoration").main(["--smoke", "--data", str(data), "--out", str(tmp_path), "--plain",
                                                    "--single"])
     assert list(result["runs"]) == ["ipt", "cnn", "ipt_plain", "cnn_plain", "single_sr2", "single_denoise30"]
     assert result["runs"]["single_sr2"]["steps"] == result["runs"]["ipt"]["steps"] // 2  # equal steps per task
