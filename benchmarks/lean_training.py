@@ -105,9 +105,9 @@ def measure(name: str, rounds: int, calls: int, smoke: bool, folder: Path) -> di
     steps = 2 + 2 * rounds * calls
     lean = engine_step(lean_model, batch, True, folder / "lean", steps)
     full = engine_step(full_model, batch, False, folder / "full", steps)
-    if smoke:
-        lean(), full()
-        return {"case": name, "model": model_name, "batch": batch_size, "smoke": True}
+    if smoke:  # one step each way from the same weights on the same batch: the same loss, up to float rounding
+        return {"case": name, "model": model_name, "batch": batch_size, "smoke": True,
+                "lean_loss": float(lean()["loss"]), "full_loss": float(full()["loss"])}
     timing = interleaved(lean, full, rounds, calls)
     return {"case": name, "model": model_name, "batch": batch_size, "image": list(shape),
             "lean_ms": round(1000 * timing["mine_s"], 2), "full_ms": round(1000 * timing["theirs_s"], 2),
@@ -123,7 +123,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
     parser.add_argument("--rounds", type=int, default=9)
@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         rows = [measure(name, args.rounds, args.calls, args.smoke, Path(folder) / name) for name in args.cases]
     if args.smoke:
-        print(f"smoke: {len(rows)} cases stepped once each way")
-        return
+        for row in rows:
+            print(f"smoke: {row['case']}: first step's loss lean {row['lean_loss']:.6f}, full {row['full_loss']:.6f}")
+        return rows
     prov = provenance(beside=args.beside)
     host = prov["machine"]
     text = (f"# Training through the lean last block (the engine's own step), interleaved in one process\n\n"
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
             f"the lean last block is faster.\n\n{table(rows)}\n")
     write_results(RESULTS, "lean_training", {"threads": args.threads, "rounds": args.rounds, "calls": args.calls,
                                              "rows": rows}, text, beside=args.beside)
+    return rows
 
 
 if __name__ == "__main__":

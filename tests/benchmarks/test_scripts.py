@@ -387,3 +387,12 @@ def test_runtimes_script_writes_json_and_markdown(tmp_path):
     assert rows[("ipt_small", "vitlab torch")]["base"] == "vitlab torch"
     markdown = (tmp_path / "t.md").read_text()
     assert "| model | batch | contender |" in markdown and "timm eager" in markdown
+
+
+def test_lean_training_smoke_steps_the_engine_both_ways_from_the_same_loss():
+    (row,) = _load_script("lean_training").main(["--smoke", "--cases", "default_recipe"])
+    from vitlab.tasks.classification.recipes import RECIPES
+
+    recipe = RECIPES["fashion-mnist"]
+    assert (row["model"], row["batch"]) == (recipe["task"]["model"], recipe["loop"]["batch_size"])
+    assert row["lean_loss"] == pytest.approx(row["full_loss"], rel=1e-5)  # same weights, same batch, same loss
