@@ -263,7 +263,8 @@ class VisionTransformer(nn.Module):
     def forward_lean(self, images: torch.Tensor) -> torch.Tensor:
         """forward(images), with the last block making only the P prefix rows (B, P, D) that forward_head reads
         (eq. 4 takes z_L⁰): the same logits and the same gradients for every parameter, for ~0.84/depth less work
-        (7 % at depth 12, 14 % at depth 6). Only where `reads_prefix_only`; `lean_exact` says when it is the same run."""
+        (7 % at depth 12, 14 % at depth 6). Only where `reads_prefix_only`; `lean_exact` says when it is the same
+        run."""
         x = self.embed(images)  # (B, P + N, D)
         *body, last = self.blocks
         for block in body:
@@ -278,8 +279,8 @@ class VisionTransformer(nn.Module):
         may read more of the tokens), and the last block is a plain EncoderBlock."""
         if self.global_pool != "token" or not len(self.blocks):
             return False
-        kind = type(self)
-        return (kind.forward is VisionTransformer.forward and kind.forward_features is VisionTransformer.forward_features
+        own = type(self)
+        return (own.forward is VisionTransformer.forward and own.forward_features is VisionTransformer.forward_features
                 and type(self.blocks[-1]) is EncoderBlock)
 
     @property
