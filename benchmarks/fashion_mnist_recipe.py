@@ -37,6 +37,8 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "tiny_convstem": ("vit_tiny_convstem_28", {}, {"epochs": 5}),
     # with the lean last block (engine/lean.py) an epoch costs ~0.89 of what it did: two more epochs
     "epochs10": (RECIPES["fashion-mnist"]["task"]["model"], {}, {"epochs": 10}),
+    # one block fewer trains 1.22x as fast (804 against 660 img/s, a step at batch 128, measured here): 12 epochs
+    "d5_epochs12": (RECIPES["fashion-mnist"]["task"]["model"], {"depth": 5}, {"epochs": 12}),
 }
 
 
