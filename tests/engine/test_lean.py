@@ -16,9 +16,10 @@ from vitlab.tasks import train
 
 from .conftest import tiny_options
 
-MODELS = {  # name -> (model, overrides): a plain ViT with layer scale, a distilled DeiT (two prefix tokens)
+MODELS = {  # name -> (model, overrides): ViTs of 16 and 49 patch tokens, a distilled DeiT (two prefix tokens)
     "vit": ("vit_tiny_patch7_28", {"dim": 48, "depth": 3, "num_heads": 3, "init_values": 0.1,
                                    "drop_path_rate": 0.3}),
+    "vit_49_tokens": ("vit_tiny_patch4_28", {"dim": 32, "depth": 2, "num_heads": 2, "drop_path_rate": 0.3}),
     "deit_distilled": ("deit_mini_distilled_patch7_28", {"dim": 48, "depth": 2, "num_heads": 4,
                                                          "drop_path_rate": 0.3}),
 }
