@@ -29,6 +29,10 @@ class ClassificationConfig:
     crop_padding: int | None = option(None, "random shift of up to this many pixels; folders without it use "
                                       "random-resized crops", default_text=RECIPE)
     hflip: bool = option(True, "random horizontal flips", flag="--no-hflip")
+    test_time_flip: bool | None = option(None, "score each image by the mean of its own and its mirror image's "
+                                         "logits (validation, test, and the run's eval, predict and serve); "
+                                         "pays where training flipped the images", valued=True,
+                                         default_text=RECIPE)
     val_fraction: float | None = option(None, "share of the training images held out to select the best checkpoint "
                                               "where the data has no val/ (default: 5,000 of Fashion-MNIST's "
                                               "60,000; 0.1 of a folder)")
@@ -92,6 +96,8 @@ class ClassificationEvalOptions:
     data_dir: str | None = option(None, "where Fashion-MNIST's files are", metavar="DIR",
                                   default_text="the run's, then the usual places")
     batch_size: int = option(256, "evaluation batch size")
+    test_time_flip: bool | None = option(None, "average each image's logits with its mirror image's",
+                                         valued=True, default_text="as the run was trained")
     bf16: bool = option(False, "bf16 autocast; refused where the device has no native bf16 (there it is many times "
                         "slower)", default_text="off, fp32")
     compile: bool = option(False, "torch.compile the model first (pays on large test sets)")

@@ -13,6 +13,23 @@ from tqdm import tqdm
 from ...engine.speed import autocast
 
 
+class MirrorAveraged(nn.Module):
+    """Test-time flip: a classifier's logits for each image and for its left-right mirror, averaged, (B, C, H, W)
+    -> (B, K). A model trained on randomly flipped images has learnt that a mirrored image is the same class; asked
+    both ways, its errors on one view are partly outvoted by the other."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (self.model(images) + self.model(images.flip(-1))) / 2
+
+
+def with_test_time_flip(model: nn.Module, flip: bool) -> nn.Module:
+    return MirrorAveraged(model) if flip else model
+
+
 @torch.inference_mode()
 def evaluate(
     model: nn.Module,

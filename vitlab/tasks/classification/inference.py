@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ...engine.speed import check_bf16, maybe_compile
-from .evaluate import evaluate
+from .evaluate import evaluate, with_test_time_flip
 from .reports import confusion_text, plot_confusion
 
 
@@ -32,11 +32,14 @@ def eval_loader_for_run(task, saved: dict[str, Any], data: str | None = None, da
 
 def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
                  data_dir: str | None = None, batch_size: int = 256, bf16: bool = False, compile: bool = False,
-                 plot: bool = True, split: str = "test") -> dict[str, Any]:
+                 plot: bool = True, split: str = "test", test_time_flip: bool | None = None) -> dict[str, Any]:
     if bf16:
         check_bf16("cpu")
     loader, classes, split = eval_loader_for_run(task, saved, data, data_dir, batch_size, split)
-    result = evaluate(maybe_compile(model, compile), loader, bf16=bf16, num_classes=len(classes))
+    flip = run_flips(saved) if test_time_flip is None else test_time_flip
+    result = evaluate(with_test_time_flip(maybe_compile(model, compile), flip), loader, bf16=bf16,
+                      num_classes=len(classes))
+    result["test_time_flip"] = flip
     result["classes"] = classes
     result["split"] = split
     result["run_dir"] = str(run_dir)
@@ -46,10 +49,16 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
     return result
 
 
+def run_flips(saved: dict[str, Any]) -> bool:
+    """Whether the run scores images with test-time flip (runs from before the option: no)."""
+    return bool(saved.get("config", {}).get("test_time_flip"))
+
+
 def format_evaluation(result: dict[str, Any], which: str) -> str:
     classes = result["classes"]
+    flip = ", with test-time flip" if result.get("test_time_flip") else ""
     lines = [f"accuracy: {result['accuracy']:.4f} on {result['num_images']} {result.get('split', 'test')} images "
-             f"({result['run_dir']}, {which})",
+             f"({result['run_dir']}, {which}{flip})",
              "per-class accuracy:"]
     lines += [f"  {name:<20} {acc:.4f}" for name, acc in zip(classes, result["per_class_accuracy"])]
     lines += ["confusion matrix (rows: true class, columns: predicted):", confusion_text(result["confusion"], classes)]
@@ -67,7 +76,7 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
     pictures = [read_image(path, data["channels"], hint=INPUT_HINT) for path in paths]
     images = torch.stack([transform(picture) for picture in pictures])  # (B, C, H, W)
-    probs = model(images).softmax(-1)
+    probs = with_test_time_flip(model, run_flips(saved))(images).softmax(-1)
     k = min(top_k, probs.shape[-1])
     values, indices = probs.topk(k, dim=-1)
     return [

@@ -21,13 +21,15 @@ from typing import Any
 FASHION_MNIST = {
     "loop": {"epochs": 10, "batch_size": 128, "lr": 2e-3, "weight_decay": 0.05, "warmup_epochs": 1.0,
              "clip_grad": 1.0},
-    "task": {"model": "vit_mini_convstem_28", "drop_path": 0.0, "crop_padding": 0, "img_size": 28},
+    "task": {"model": "vit_mini_convstem_28", "drop_path": 0.0, "crop_padding": 0, "img_size": 28,
+             "test_time_flip": True},
 }
 # your own images: a small ViT at a CPU-friendly resolution; override --model/--img-size for more
 FOLDER = {
     "loop": {"epochs": 20, "batch_size": 64, "lr": 1e-3, "weight_decay": 0.05, "warmup_epochs": 2.0,
              "clip_grad": 1.0},
-    "task": {"model": "vit_tiny_patch16_224", "drop_path": 0.1, "crop_padding": None, "img_size": 224},
+    "task": {"model": "vit_tiny_patch16_224", "drop_path": 0.1, "crop_padding": None, "img_size": 224,
+             "test_time_flip": False},
 }
 RECIPES: dict[str, dict[str, dict[str, Any]]] = {"fashion-mnist": FASHION_MNIST, "folder": FOLDER}
 

@@ -34,7 +34,7 @@ from .config import (
     ClassificationServeOptions,
 )
 from .distill import DistillationLoss
-from .evaluate import evaluate
+from .evaluate import evaluate, with_test_time_flip
 from .recipes import recipe_for
 
 
@@ -216,6 +216,7 @@ class ClassificationTask(Task):
     def evaluate(self, model: nn.Module, data) -> dict[str, float]:
         """Loss and accuracy over the whole of `data` (validation or test), each process evaluating its shard."""
         num_classes = self.bundle.num_classes
+        model = with_test_time_flip(model, bool(self.config.test_time_flip))
         result = evaluate(model, data, device=self.dist.device, bf16=self.loop.bf16,
                           num_classes=num_classes) if len(data) else None
         n = result["num_images"] if result else 0
