@@ -82,7 +82,8 @@ def _transformer() -> tuple[str, str]:
 def _vit() -> tuple[str, str]:
     result = _load("fashion_mnist_recipe")
     run = next(r for r in result["results"] if r["variant"] == "default")
-    return (f"Fashion-MNIST test accuracy {100 * run['test_acc']:.2f} % ({run['model']}, "
+    flip = ", test-time flip" if run["recipe"].get("test_time_flip") else ""
+    return (f"Fashion-MNIST test accuracy {100 * run['test_acc']:.2f} % ({run['model']}{flip}, "
             f"{run['train_time_s'] / 60:.1f} min of training; "
             f"[fashion_mnist_recipe](benchmarks/results/fashion_mnist_recipe.json); {_isa(result)})",
             _reported("vit_base_patch16_224.augreg2_in21k_ft_in1k"))

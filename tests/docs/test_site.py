@@ -1,27 +1,8 @@
 """The documentation site builds with `mkdocs build --strict` (no broken link, no page left out of the
 navigation, no reference that does not resolve), with a page for every system and every task, and the generated
-pages hold what the code declares now."""
+pages hold what the code declares now. The site is built once per test run (tests/docs/conftest.py)."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 SYSTEMS = ("transformer", "vit", "deit", "detr", "deformable_detr", "setr", "ipt", "vqgan")
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
-    return out
 
 
 def test_every_system_and_task_has_a_page(site):

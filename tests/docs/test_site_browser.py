@@ -13,16 +13,14 @@ if str(ROOT) not in sys.path:
 pytestmark = [pytest.mark.slow, pytest.mark.whole_machine]  # a browser beside the server
 
 
-def test_every_page_of_the_site_renders_with_its_images(tmp_path):
-    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
+def test_every_page_of_the_site_renders_with_its_images(site):
     pytest.importorskip("playwright", reason="the test extra: pip install -e '.[test]'")
     from benchmarks.serve_pages import chromium_path
-    from benchmarks.site_pages import build, check_site
+    from benchmarks.site_pages import check_site
 
     if chromium_path() is None:
         pytest.fail("chromium is missing: apt-get install chromium (scripts/setup.sh does), or set VITLAB_CHROMIUM")
-    site = build(tmp_path / "site")
-    report = check_site(site)
+    report = check_site(site)  # the site the tests of tests/docs/test_site.py read, built once
     assert len(report) >= 8 + 8 + 5, f"only {len(report)} pages were found in the built site"
     assert {"", "systems/detr/", "tasks/mim/", "reference/cli/", "annotated_vit/"} <= set(report)
     bad = {path: problems for path, problems in report.items() if problems}

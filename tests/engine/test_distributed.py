@@ -99,7 +99,7 @@ def test_fp16_on_a_cpu_is_a_clear_error(tmp_path):
 def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
     """SIGKILL both processes (and torchrun) after the first checkpoint; `--resume` under torchrun continues
     each rank's own random stream (drop path is on) and ends on the weights of an uninterrupted run."""
-    args = [*COMMON, "--batch-size", "8", "--epochs", "6", "--drop-path", "0.1", "--seed", "3"]
+    args = [*COMMON, "--batch-size", "8", "--epochs", "3", "--drop-path", "0.1", "--seed", "3"]
     straight = tmp_path / "straight"
     done = subprocess.run(torchrun(*args, "--out", str(straight)), check=False, capture_output=True, text=True,
                           timeout=300)
@@ -114,7 +114,7 @@ def test_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both workers at once
     proc.wait()
     epochs_done = torch.load(killed / "state.pt", weights_only=True)["epoch"]
-    assert 1 <= epochs_done < 6
+    assert 1 <= epochs_done < 3
     done = subprocess.run(torchrun("--resume", str(killed)), check=False, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
