@@ -145,7 +145,7 @@ def test_quantize_reports_what_eval_measures(trained, capsys, backend, tmp_path)
 
     fp32 = evaluated()
     assert report["fp32"]["accuracy"] == pytest.approx(fp32["accuracy"])
-    assert report["compared"] == fp32["num_images"]
+    assert report["compared"] == fp32["num_images"]  # with the run's test-time flip: each image's mean answer
     # the default place: RUN_DIR/runtime, where eval's --precision int8 finds the graph
     assert main(["quantize", str(run), "--backend", backend, "--samples", "8"]) == 0
     capsys.readouterr()

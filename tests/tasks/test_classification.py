@@ -122,3 +122,26 @@ def test_bf16_autocast_trains(tmp_path):
     assert 0.0 <= result["test_acc"] <= 1.0 and result["train_loss"] < 10
     fp32 = train(**tiny_options(tmp_path / "fp32", epochs=1))
     assert result["train_loss"] != fp32["train_loss"]  # autocast really changed the arithmetic
+
+
+def test_int8_agreement_under_test_time_flip_compares_each_images_mean_answer():
+    """With test-time flip a call holds the images, then their mirrors; int8 agrees where the mean answers agree.
+    Built so that int8 keeps the top-1 class of each view, yet the mean of the views flips to the other class."""
+    from vitlab.tasks.classification.config import ClassificationConfig
+    from vitlab.tasks.classification.evaluate import MirrorAveraged
+
+    flipping = ClassificationTask(ClassificationConfig(data="fashion-mnist"))  # the recipe scores with the flip
+    plain = ClassificationTask(ClassificationConfig(data="fashion-mnist", test_time_flip=False))
+    fp32 = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 0.5], [1.0, 0.0]])  # image 0, image 1, their mirrors
+    int8 = torch.tensor([[0.9, 0.0], [3.0, 0.0], [0.0, 0.95], [1.0, 0.0]])
+    assert flipping.int8_agreement(fp32, int8) == (1.0, 2)  # image 0's means: (0.5, 0.25) against (0.45, 0.475)
+    assert plain.int8_agreement(fp32, int8) == (4.0, 4)  # every view alone keeps its class
+
+    class RowsApart(torch.nn.Module):  # each image's logits from its own pixels: the left column, the right one
+        def forward(self, x):
+            return torch.stack([x[:, 0, :, 0].sum(1), x[:, 0, :, -1].sum(1)], -1)
+
+    images = torch.randn(3, 1, 4, 5)
+    model = RowsApart()
+    expected = (model(images) + model(torch.flip(images, dims=[3]))) / 2
+    torch.testing.assert_close(MirrorAveraged(model)(images), expected)

@@ -16,14 +16,21 @@ from ...engine.speed import autocast
 class MirrorAveraged(nn.Module):
     """Test-time flip: a classifier's logits for each image and for its left-right mirror, averaged, (B, C, H, W)
     -> (B, K). A model trained on randomly flipped images has learnt that a mirrored image is the same class; asked
-    both ways, its errors on one view are partly outvoted by the other."""
+    both ways, its errors on one view are partly outvoted by the other. The model is called once, on the images
+    followed by their mirrors (2B, C, H, W): one batch for a runtime, and what `mirror_mean` undoes."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return (self.model(images) + self.model(images.flip(-1))) / 2
+        return mirror_mean(self.model(torch.cat([images, images.flip(-1)])))
+
+
+def mirror_mean(logits: torch.Tensor) -> torch.Tensor:
+    """(2B, K) logits of B images followed by their mirrors -> (B, K), each image's mean of the two."""
+    own, mirrored = logits.chunk(2)
+    return (own + mirrored) / 2
 
 
 def with_test_time_flip(model: nn.Module, flip: bool) -> nn.Module:

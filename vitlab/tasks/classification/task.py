@@ -34,7 +34,7 @@ from .config import (
     ClassificationServeOptions,
 )
 from .distill import DistillationLoss
-from .evaluate import evaluate, with_test_time_flip
+from .evaluate import evaluate, mirror_mean, with_test_time_flip
 from .recipes import recipe_for
 
 
@@ -76,7 +76,10 @@ class ClassificationTask(Task):
         self.bundle: DatasetBundle | None = None
 
     def int8_agreement(self, reference: Any, quantized: Any) -> tuple[float, int]:
-        """Images whose top-1 class int8 keeps: logits (B, K) of each."""
+        """Images whose top-1 class int8 keeps: logits (B, K) of each. With test-time flip each call holds the
+        images and then their mirrors (MirrorAveraged), and the answer compared is the mean of the two."""
+        if self.config.test_time_flip:
+            reference, quantized = mirror_mean(torch.as_tensor(reference)), mirror_mean(torch.as_tensor(quantized))
         return float((reference.argmax(-1) == quantized.argmax(-1)).sum()), len(reference)
 
     @classmethod
