@@ -396,3 +396,28 @@ def test_lean_training_smoke_steps_the_engine_both_ways_from_the_same_loss():
     recipe = RECIPES["fashion-mnist"]
     assert (row["model"], row["batch"]) == (recipe["task"]["model"], recipe["loop"]["batch_size"])
     assert row["lean_loss"] == pytest.approx(row["full_loss"], rel=1e-5)  # same weights, same batch, same loss
+
+
+def test_test_suite_benchmark_reads_a_runs_junit_report_per_folder(tmp_path):
+    """The suite's cost from a run's JUnit XML (the one pytest writes): the run's seconds, each folder's sum of its
+    tests' seconds beside its budget, and the slowest tests, counted by outcome."""
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="1" '
+        'skipped="1" tests="4" time="12.5">'
+        '<testcase classname="tests.runtime.test_parity" name="test_a[vit]" time="6.0"/>'
+        '<testcase classname="tests.runtime.test_fast.TestLean" name="test_b" time="1.5"><failure message="x"/>'
+        '</testcase>'
+        '<testcase classname="tests.test_wheel" name="test_c" time="3.25"/>'
+        '<testcase classname="tests.docs.test_site" name="test_d" time="0.0"><skipped message="y"/></testcase>'
+        '</testsuite></testsuites>')
+    record = _load_script("test_suite").main(["--junit", str(report), "--out", str(tmp_path), "--tag", "t"])
+    assert (record["pytest_s"], record["tests"], record["passed"], record["failed"], record["skipped"]) == (
+        12.5, 4, 2, 1, 1)
+    assert record["test_seconds"] == 10.75
+    folders = {row["folder"]: (row["tests"], row["seconds"]) for row in record["folders"]}
+    assert folders == {"tests/runtime": (2, 7.5), "tests": (1, 3.25), "tests/docs": (1, 0.0)}
+    assert record["folders"][0]["budget"] == 540  # tests/budget.toml's
+    assert record["slowest"][0] == {"test": "tests.runtime.test_parity::test_a[vit]", "seconds": 6.0}
+    assert "**12 s of pytest**" in (tmp_path / "t.md").read_text()
+    assert json.loads((tmp_path / "t.json").read_text())["machine"]["cpu_capability"]
