@@ -315,7 +315,9 @@ def _sample(value: torch.Tensor, spatial_shapes: torch.Tensor, sampling_location
     return _DeformableSampling.apply(value, sampling_locations, attention_weights, shapes)
 
 
-_sample_eagerly = torch.compiler.disable(_sample)
+# torch.compiler.disable imports torch._dynamo (a second and more of every `import vitlab`); torch's own lazy form
+# imports it at the first call, which only a compiled graph makes
+_sample_eagerly = (getattr(torch, "_disable_dynamo", None) or torch.compiler.disable)(_sample)
 
 
 @torch.library.custom_op("vitlab::multi_scale_deformable_attention", mutates_args=())

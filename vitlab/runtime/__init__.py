@@ -252,14 +252,20 @@ def runtime_model(model: nn.Module, backend: str = "torch", precision: str = "fp
 
 
 def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str | None = None,
-         precision: str | None = None, threads: int | None = None) -> Runtime:
+         precision: str | None = None, threads: int | None = None,
+         cache_dir: str | os.PathLike | None = None) -> Runtime:
     """A run folder, a vitlab .safetensors file, a vitlab model, or a file from `vitlab export` or `vitlab quantize`
     (.onnx, .xml, .pt2) on `backend` (default: torch; for an exported file, the runtime it was written for).
     `weights`: a run's last, best or ema (default: the ones it selected, best where it kept them, else last).
     `precision`: fp32 (default), bf16, or int8 (a run's graphs from `vitlab quantize`, on onnxruntime or
-    openvino); an exported file runs in the precision it was written in."""
+    openvino); an exported file runs in the precision it was written in. `cache_dir`: where a model's or a
+    .safetensors file's ONNX graphs are kept (default: a temporary folder; a run keeps its own in RUN/runtime/). A
+    graph found there is used as it is: give each set of weights a folder of its own."""
+    if cache_dir is not None and not isinstance(run_or_file, nn.Module) and Path(run_or_file).suffix != ".safetensors":
+        raise ValueError("cache_dir is for a model or a .safetensors file: a run keeps its graphs in RUN/runtime/, "
+                         "and an exported file is a graph already")
     if isinstance(run_or_file, nn.Module):
-        return runtime_model(run_or_file, backend or "torch", precision or "fp32", threads)
+        return runtime_model(run_or_file, backend or "torch", precision or "fp32", threads, cache_dir)
     path = Path(run_or_file)
     if path.is_dir():
         from ..engine.run import RunDir
@@ -272,7 +278,7 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     if path.suffix == ".safetensors":
         from ..checkpoint import load_model
 
-        return runtime_model(load_model(path).eval(), backend or "torch", precision or "fp32", threads)
+        return runtime_model(load_model(path).eval(), backend or "torch", precision or "fp32", threads, cache_dir)
     if path.suffix not in FILE_BACKENDS:
         raise ValueError(f"{path}: expected a run folder, a .safetensors file, or a file from `vitlab export` "
                          f"({', '.join(FILE_BACKENDS)})")
