@@ -313,7 +313,7 @@ def test_ipt_restoration_benchmark_scores_every_model_against_the_input(tmp_path
     assert result["num_images"] == 2 and set(result["scores"]) == {"ipt", "cnn", "ipt_plain", "cnn_plain", "single"}
     for scores in result["scores"].values():
         assert set(scores["degradations"]) == {"sr2", "denoise30"}
-    seams = result["seams"]["ipt"]  # its 48-pixel tiles meet inside the quick run's 80-pixel ×2 inputs
+    seams = result["seams"]["ipt"]  # its 48-pixel tiles meet inside the smoke run's 56-pixel ×2 inputs
     assert set(seams["sr2"]) == {"mean", "window", "centre"}
     assert all(math.isfinite(v) for blend in seams["sr2"].values() for v in blend.values())
     assert result["machine"]["cpu_capability"] and result["command"].startswith("python ")

@@ -42,8 +42,12 @@ def test_predict_classification_on_a_runtime_equals_torch(trained, capsys, backe
         assert list((trained["cls"] / "runtime").glob(f"{RunDir(trained['cls']).kept_weights('best')}-*.onnx"))
 
 
+# the tests that run the trained DETR on onnxruntime share its graph in the run (made by the first): one worker
+SHARES_DETR_GRAPH = pytest.mark.xdist_group("trained-detr-onnxruntime")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("backend", [pytest.param("onnxruntime", marks=SHARES_DETR_GRAPH), "openvino"])
 def test_predict_detection_on_a_runtime_equals_torch_for_photos_of_different_sizes(trained, capsys, tmp_path,
                                                                                   backend):
     """One graph, made at the first photo's size, answers the second, of another size and orientation, as torch."""
@@ -89,11 +93,14 @@ def test_restore_on_openvino_equals_torch(trained, tmp_path, capsys):
 
 
 def served(run_dir, backend: str) -> tuple:
-    """The run as `vitlab serve` loads it on torch, and on `backend`."""
+    """The run as `vitlab serve` loads it on torch, and on `backend` (its graphs kept in the run, as serve keeps
+    them: a graph another test made of the same weights is read, not made again)."""
+    from vitlab.runtime.export import run_cache
     from vitlab.serve.runs import load_runs
 
     def on_backend(model, path, which):
-        return runtime.load(model, backend=backend).as_model()
+        cache_dir, cache_name = run_cache(path, which)
+        return runtime.runtime_model(model, backend, cache_dir=cache_dir, cache_name=cache_name).as_model()
 
     return load_runs([run_dir])[0], load_runs([run_dir], runtime=on_backend)[0]
 
@@ -112,6 +119,7 @@ def test_serve_loads_runs_onto_a_runtime(trained):
 
 
 @pytest.mark.slow
+@SHARES_DETR_GRAPH
 def test_serve_on_onnxruntime_answers_uploads_of_different_sizes_as_torch(trained):
     """Two uploads of other sizes and orientations than each other: one graph, torch's boxes and scores."""
     from vitlab.serve.runs import predict
