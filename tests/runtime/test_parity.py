@@ -271,3 +271,19 @@ def test_a_runs_cached_graphs_are_named_by_the_weights_and_the_graph_format(tmp_
     newer = export.run_cache(tmp_path, "last")[1]
     monkeypatch.setattr(export, "GRAPH_FORMAT", export.GRAPH_FORMAT + 1)
     assert export.run_cache(tmp_path, "last")[1] != newer  # a new graph form: new graphs
+
+
+def test_a_graph_folder_is_for_a_model_or_a_weights_file(tmp_path):
+    """runtime.load(..., cache_dir=) keeps a model's graphs where asked; a run keeps its own, a graph is one."""
+    model, _ = build("vit")
+    engine = runtime.load(model, backend="onnxruntime", cache_dir=tmp_path / "graphs")
+    x = torch.randn(2, 1, 28, 28)
+    assert_same(engine.named(x), reference("vit", model, (x,)))
+    (graph,) = (tmp_path / "graphs").glob("*.onnx")
+    written = graph.stat().st_mtime_ns
+    again = runtime.load(model, backend="onnxruntime", cache_dir=tmp_path / "graphs")
+    assert_same(again.named(x), reference("vit", model, (x,)))
+    assert list((tmp_path / "graphs").glob("*.onnx")) == [graph] and graph.stat().st_mtime_ns == written  # read
+    for given in (tmp_path, tmp_path / "model.onnx"):
+        with pytest.raises(ValueError, match="cache_dir is for a model or a"):
+            runtime.load(given, backend="onnxruntime", cache_dir=tmp_path / "graphs")
