@@ -95,12 +95,15 @@ def test_restore_on_openvino_equals_torch(trained, tmp_path, capsys):
 def served(run_dir, backend: str) -> tuple:
     """The run as `vitlab serve` loads it on torch, and on `backend` (its graphs kept in the run, as serve keeps
     them: a graph another test made of the same weights is read, not made again)."""
-    from vitlab.runtime.export import run_cache
+    from argparse import Namespace
+
+    from vitlab.cli.runtime_flags import on_runtime
     from vitlab.serve.runs import load_runs
 
+    flags = Namespace(runtime=backend, precision="fp32", threads=None)  # `vitlab serve --runtime BACKEND`
+
     def on_backend(model, path, which):
-        cache_dir, cache_name = run_cache(path, which)
-        return runtime.runtime_model(model, backend, cache_dir=cache_dir, cache_name=cache_name).as_model()
+        return on_runtime(model, flags, path, which)
 
     return load_runs([run_dir])[0], load_runs([run_dir], runtime=on_backend)[0]
 
