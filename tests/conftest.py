@@ -16,8 +16,9 @@ rules of a run on two pytest-xdist workers (`pytest -n 2`, as scripts/test.sh ru
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -68,6 +69,7 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextlib.contextmanager
 def file_lock(path: Path, mode: int) -> Iterator[None]:
+    """Hold `path`'s lock; with mode | fcntl.LOCK_NB, BlockingIOError at once where another process holds it."""
     with open(path, "a") as handle:
         fcntl.flock(handle, mode)
         try:
@@ -143,49 +145,107 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @contextlib.contextmanager
-def made_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, wait: bool = True
+              ) -> Iterator[tuple[Path, bool]]:
     """(folder, made) for a thing every worker shares: the first worker to get here makes it (made is False: make
-    it now, in the folder), the others wait for it and read it (made is True)."""
+    it now, in the folder), the others wait for it and read it (made is True). With wait=False, BlockingIOError
+    where another worker is making it now."""
     root = shared_dir(tmp_path_factory) / name
-    with file_lock(root.with_suffix(".lock"), fcntl.LOCK_EX):
+    with file_lock(root.with_suffix(".lock"), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)):
         done = root / ".made"
         yield root, done.exists()
         done.parent.mkdir(parents=True, exist_ok=True)
         done.touch()
 
 
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory) -> dict[str, Path]:
+class TrainedRuns(Mapping):
     """Run folders by name: cls, detr, setr, ipt, vqgan, prior (each task's tiny preset, a few steps), and the
-    data they came from: scenes (a detection and segmentation set), photos (train/ and test/ photographs)."""
-    names = ("cls", "detr", "setr", "ipt", "vqgan", "prior", "scenes", "photos")
-    with made_once(tmp_path_factory, "trained") as (root, made):
-        if not made:
-            make_trained_runs(root)
-    return {name: root / name for name in names}
+    data they came from: scenes (a detection and segmentation set), photos (train/ and test/ photographs). Each is
+    made when a test first asks for it, by whichever worker asks first, under a lock of its own: a worker waits only
+    for the run it needs while the other makes another."""
+
+    NEEDS: ClassVar[dict[str, str]] = {"detr": "scenes", "setr": "scenes", "ipt": "photos", "prior": "vqgan"}
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.factory = tmp_path_factory
+
+    def __getitem__(self, name: str) -> Path:
+        return self._made(name, wait=True)
+
+    def all_of(self, names: Sequence[str]) -> list[Path]:
+        """The runs `names`: first those no other worker is making (made here), then the others (waited for)."""
+        for name in names:
+            with contextlib.suppress(BlockingIOError):
+                self._made(name, wait=False)
+        return [self[name] for name in names]
+
+    def _made(self, name: str, wait: bool) -> Path:
+        if name not in MAKERS:
+            raise KeyError(name)
+        inputs = {need: self[need] for need in [self.NEEDS.get(name)] if need}
+        with made_once(self.factory, f"trained-{name}", wait) as (root, made):
+            if not made:
+                MAKERS[name](root / name, **inputs)
+        return root / name
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(MAKERS)
+
+    def __len__(self) -> int:
+        return len(MAKERS)
 
 
-def make_trained_runs(root: Path) -> None:
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> TrainedRuns:
+    return TrainedRuns(tmp_path_factory)
+
+
+def make_cls(out: Path) -> None:
+    assert main(["train", "--model", "vit_tiny_patch4_28", *DATA, "--epochs", "1", "--batch-size", "32",
+                 "--out", str(out)]) == 0
+
+
+def make_scenes(out: Path) -> None:
+    assert main(["make-scenes", "--out", str(out), "--train", "16", "--val", "4", "--test", "4",
+                 "--size", "64", "--scale", "16-32", "--objects", "1-3", *DATA]) == 0
+
+
+def make_detr(out: Path, scenes: Path) -> None:
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(out),
+                 "--epochs", "1", "--batch-size", "8", "--eval-batch-size", "4", "--num-queries", "8"]) == 0
+
+
+def make_setr(out: Path, scenes: Path) -> None:
+    assert main(["train", "--task", "segmentation", "--model", "setr_mla_small", "--data", str(scenes),
+                 "--out", str(out), "--epochs", "1", "--batch-size", "4", "--crop-size", "64",
+                 "--eval-batch-size", "2"]) == 0
+
+
+def make_photos(out: Path) -> None:
     from vitlab.data.photos import skimage_photos
 
-    assert main(["train", "--model", "vit_tiny_patch4_28", *DATA, "--epochs", "1", "--batch-size", "32",
-                 "--out", str(root / "cls")]) == 0
-    assert main(["make-scenes", "--out", str(root / "scenes"), "--train", "16", "--val", "4", "--test", "4",
-                 "--size", "64", "--scale", "16-32", "--objects", "1-3", *DATA]) == 0
-    assert main(["train", "--task", "detection", "--data", str(root / "scenes"), "--out", str(root / "detr"),
-                 "--epochs", "1", "--batch-size", "8", "--eval-batch-size", "4", "--num-queries", "8"]) == 0
-    assert main(["train", "--task", "segmentation", "--model", "setr_mla_small", "--data", str(root / "scenes"),
-                 "--out", str(root / "setr"), "--epochs", "1", "--batch-size", "4", "--crop-size", "64",
-                 "--eval-batch-size", "2"]) == 0
     for i, (name, array) in enumerate(skimage_photos().items()):  # small crops: a request takes a second
-        split = root / "photos" / ("test" if i >= 3 else "train")
+        split = out / ("test" if i >= 3 else "train")
         split.mkdir(parents=True, exist_ok=True)
         side = 96 if i >= 3 else 200  # training halves them first, and takes 96-pixel patches for ×2
         Image.fromarray(array).crop((100, 100, 100 + side, 100 + side)).save(split / f"{name}.png")
-    assert main(["train", "--task", "restoration", "--model", "ipt_small", "--data", str(root / "photos"),
-                 "--degradations", "sr2,denoise30", "--out", str(root / "ipt"), "--steps", "2", "--batch-size", "2",
+
+
+def make_ipt(out: Path, photos: Path) -> None:
+    assert main(["train", "--task", "restoration", "--model", "ipt_small", "--data", str(photos),
+                 "--degradations", "sr2,denoise30", "--out", str(out), "--steps", "2", "--batch-size", "2",
                  "--patches-per-task", "2", "--eval-crop", "48"]) == 0
+
+
+def make_vqgan(out: Path) -> None:
     assert main(["train", "--task", "vqgan", *DATA, "--epochs", "1", "--batch-size", "16", "--disc-start", "6",
-                 "--eval-images", "0", "--out", str(root / "vqgan")]) == 0
-    assert main(["train", "--task", "prior", "--vqgan", str(root / "vqgan"), "--epochs", "1", "--batch-size", "16",
-                 "--eval-samples", "0", "--out", str(root / "prior")]) == 0
+                 "--eval-images", "0", "--out", str(out)]) == 0
+
+
+def make_prior(out: Path, vqgan: Path) -> None:
+    assert main(["train", "--task", "prior", "--vqgan", str(vqgan), "--epochs", "1", "--batch-size", "16",
+                 "--eval-samples", "0", "--out", str(out)]) == 0
+
+
+MAKERS = {"cls": make_cls, "scenes": make_scenes, "detr": make_detr, "setr": make_setr, "photos": make_photos,
+          "ipt": make_ipt, "vqgan": make_vqgan, "prior": make_prior}

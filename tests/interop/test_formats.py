@@ -35,11 +35,15 @@ def test_timm_checkpoints(name, tmp_path):
     save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "model.safetensors")
     torch.save({"model": state}, tmp_path / "deit_style.pth")  # DeiT's release wraps the state dict
     torch.save(state, tmp_path / "pytorch_model.bin")
-    logits_close(vitlab.create_model(name, weights=str(tmp_path / "model.safetensors")), expected, images)
-    logits_close(vitlab.create_model(name, weights=str(tmp_path / "deit_style.pth")), expected, images)
+    from_safetensors = vitlab.create_model(name, weights=str(tmp_path / "model.safetensors"))
+    logits_close(from_safetensors, expected, images)
+    # the other two files hold the same tensors: loaded, every parameter and buffer equals the one proven above
     model = vitlab.create_model(name)
     load_weights(model, tmp_path / "pytorch_model.bin")
-    logits_close(model, expected, images)
+    for other in (vitlab.create_model(name, weights=str(tmp_path / "deit_style.pth")), model):
+        ours = other.state_dict()
+        assert ours.keys() == from_safetensors.state_dict().keys()
+        assert all(torch.equal(ours[key], value) for key, value in from_safetensors.state_dict().items())
     assert read_checkpoint(tmp_path / "model.safetensors")[1].format == "timm"
     if name == "vit_tiny_patch16_224":  # without a name, the architecture is worked out from the shapes
         logits_close(model_from_checkpoint(tmp_path / "model.safetensors"), expected, images)

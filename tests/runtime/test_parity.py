@@ -273,17 +273,22 @@ def test_a_runs_cached_graphs_are_named_by_the_weights_and_the_graph_format(tmp_
     assert export.run_cache(tmp_path, "last")[1] != newer  # a new graph form: new graphs
 
 
-def test_a_graph_folder_is_for_a_model_or_a_weights_file(tmp_path):
-    """runtime.load(..., cache_dir=) keeps a model's graphs where asked; a run keeps its own, a graph is one."""
+@pytest.mark.parametrize("backend, suffix", [("onnxruntime", ".onnx"), ("openvino", ".xml")])
+def test_a_graph_folder_is_for_a_model_or_a_weights_file(tmp_path, backend, suffix):
+    """runtime.load(..., cache_dir=) keeps a model's graphs where asked, for each runtime (OpenVINO's .xml with
+    its .bin); a run keeps its own, a graph is one."""
     model, _ = build("vit")
-    engine = runtime.load(model, backend="onnxruntime", cache_dir=tmp_path / "graphs")
+    engine = runtime.load(model, backend=backend, cache_dir=tmp_path / "graphs")
     x = torch.randn(2, 1, 28, 28)
     assert_same(engine.named(x), reference("vit", model, (x,)))
-    (graph,) = (tmp_path / "graphs").glob("*.onnx")
+    (graph,) = (tmp_path / "graphs").glob(f"*{suffix}")
     written = graph.stat().st_mtime_ns
-    again = runtime.load(model, backend="onnxruntime", cache_dir=tmp_path / "graphs")
+    again = runtime.load(model, backend=backend, cache_dir=tmp_path / "graphs")
     assert_same(again.named(x), reference("vit", model, (x,)))
-    assert list((tmp_path / "graphs").glob("*.onnx")) == [graph] and graph.stat().st_mtime_ns == written  # read
+    assert list((tmp_path / "graphs").glob(f"*{suffix}")) == [graph] and graph.stat().st_mtime_ns == written  # read
+    other = torch.randn(3, 1, 28, 28)  # the axes the file's graph left free came back with it: one graph serves
+    assert_same(again.named(other), reference("vit", model, (other,)))
+    assert len(again._engines) == 1
     for given in (tmp_path, tmp_path / "model.onnx"):
         with pytest.raises(ValueError, match="cache_dir is for a model or a"):
             runtime.load(given, backend="onnxruntime", cache_dir=tmp_path / "graphs")

@@ -37,7 +37,7 @@ from .backends import (
     as_tensor,
     cpu_settings,
 )
-from .export import FORMATS, export_graph, export_model, exported_program, read_metadata, require, run_cache
+from .export import FORMATS, export_graph, export_model, read_metadata, require, run_cache
 from .graphs import ExportError, Graph, check_backend, graph_for, pack
 from .wrapper import RuntimeModule, runtime_module
 
@@ -128,17 +128,16 @@ class Runtime:
             return TorchBackend(graph.module, self.settings, self.precision, compile=self.backend == "compile",
                                 free=graph.dynamic)
         if self.backend == "openvino":
-            ov = require("openvino", "the openvino backend")
-            program = exported_program(graph)
-            try:
-                converted = ov.convert_model(program)
-            except Exception as error:
-                raise ExportError(f"OpenVINO {ov.__version__} cannot convert this {graph.kind} graph at "
-                                  f"{' and '.join('×'.join(map(str, x.shape)) for x in graph.example)} ("
-                                  f"{' '.join(str(error).split())[-200:]}); run it on onnxruntime, compile or "
-                                  f"torch") from error
-            return OpenVinoBackend(converted, self.settings, self.precision)
+            return OpenVinoBackend(str(self._fp32_openvino(graph, key)), self.settings, self.precision)
         return OnnxRuntimeBackend(str(self._fp32_onnx(graph, key)), self.settings, self.precision)
+
+    def _fp32_openvino(self, graph: Graph, key: tuple) -> Path:
+        """The graph's fp32 OpenVINO model (.xml and .bin) in the cache, converted if not there yet."""
+        path = self._cache_path(key, ".xml")
+        if path.is_file():  # converted by an earlier process
+            _free_axes_from(path, graph)
+            return path
+        return export_graph(graph, path, "openvino")
 
     def _fp32_onnx(self, graph: Graph, key: tuple) -> Path:
         """The graph's fp32 ONNX file in the cache, exported if not there yet."""
@@ -259,8 +258,8 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     `weights`: a run's last, best or ema (default: the ones it selected, best where it kept them, else last).
     `precision`: fp32 (default), bf16, or int8 (a run's graphs from `vitlab quantize`, on onnxruntime or
     openvino); an exported file runs in the precision it was written in. `cache_dir`: where a model's or a
-    .safetensors file's ONNX graphs are kept (default: a temporary folder; a run keeps its own in RUN/runtime/). A
-    graph found there is used as it is: give each set of weights a folder of its own."""
+    .safetensors file's graphs (ONNX, OpenVINO) are kept (default: a temporary folder; a run keeps its own in
+    RUN/runtime/). A graph found there is used as it is: give each set of weights a folder of its own."""
     if cache_dir is not None and not isinstance(run_or_file, nn.Module) and Path(run_or_file).suffix != ".safetensors":
         raise ValueError("cache_dir is for a model or a .safetensors file: a run keeps its graphs in RUN/runtime/, "
                          "and an exported file is a graph already")

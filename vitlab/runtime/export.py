@@ -295,9 +295,15 @@ def _write_openvino(graph: Graph, path: Path) -> None:
     if path.suffix != ".xml":
         raise ValueError(f"an OpenVINO model is an .xml file (with its .bin beside it), got {path}")
     program = exported_program(graph)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = ov.convert_model(program)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = ov.convert_model(program)
+    except Exception as error:  # OpenVINO's converter raises its own types, and RuntimeError
+        raise ExportError(f"OpenVINO {ov.__version__} cannot convert this {graph.kind} graph at "
+                          f"{' and '.join('×'.join(map(str, x.shape)) for x in graph.example)} ("
+                          f"{' '.join(str(error).split())[-200:]}); run it on onnxruntime, compile or "
+                          f"torch") from error
     save_openvino(model, graph, path, metadata(graph))
 
 
