@@ -85,7 +85,7 @@ def train_the_same_backbone_weights(hf, ours) -> None:
     transformers (5.x) decides which backbone weights train by names: with a timm backbone it freezes none (its
     check looks for "resnet" in the backbone type "timm_backbone"), with its own ResNet all of them (it looks for
     "stage.1" in names that read "stages.1"). Either way a training step would not be the same computation."""
-    from vitlab.interop.detr_formats import hf_backbone_key
+    from vitlab.interop.set_prediction_keys import hf_backbone_key
 
     trainable = {name: p.requires_grad for name, p in ours.named_parameters()}
     for name, param in hf.model.backbone.model.named_parameters():

@@ -185,3 +185,80 @@ def string_literals_of(source: str) -> list[tuple[int, str]]:
         return string_literals(path)
     finally:
         path.unlink()
+
+
+# ---- no import circles --------------------------------------------------------------------------------------------
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def runtime_imports(source: str, package: str) -> set[str]:
+    """imported_modules without what `if TYPE_CHECKING:` imports (names for annotations: no arrow when it runs)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = [ast.Pass()]
+    return imported_modules(ast.unparse(tree), package)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """vitlab's modules, each -> the vitlab modules it imports (a package is its __init__)."""
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {name: {m for m in runtime_imports(path.read_text(), package_of(path)) if m in paths and m != name}
+            for name, path in paths.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected groups of more than one module: modules that import each other, in a ring."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in order:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], order[other])
+        if low[node] == order[node]:
+            group = {stack.pop()}
+            while node not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                found.append(frozenset(group))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return found
+
+
+# Circles through a package's __init__ that the registry change removes (the tasks package's hand-kept list, which
+# launch.py reads; runtime/__init__.py, which quantize.py builds runtimes from). Each must stay exactly as it is:
+# a module joining one, or a new circle, fails.
+KNOWN_CIRCLES = {
+    frozenset({"vitlab.tasks", "vitlab.tasks.classification", "vitlab.tasks.classification.task",
+               "vitlab.tasks.generation", "vitlab.tasks.generation.metrics", "vitlab.tasks.generation.prior_task",
+               "vitlab.tasks.generation.vqgan_task", "vitlab.tasks.launch", "vitlab.tasks.seq2seq",
+               "vitlab.tasks.seq2seq.task"}),
+    frozenset({"vitlab.runtime", "vitlab.runtime.quantize"}),
+}
+
+
+def test_no_module_imports_itself_through_others():
+    new = [sorted(group) for group in circles(import_graph()) if group not in KNOWN_CIRCLES]
+    assert not new, "import circles: " + "; ".join(" <-> ".join(group) for group in new)
+
+
+def test_the_circle_check_finds_rings_and_ignores_type_only_imports():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"d"}}
+    assert circles(graph) == [frozenset({"a", "b", "c"})]
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import Runtime\n"
+              "from .graphs import pack\n")
+    assert runtime_imports(source, "vitlab.runtime") == {"typing", "typing.TYPE_CHECKING", "vitlab.runtime.graphs",
+                                                          "vitlab.runtime.graphs.pack"}
+    assert "vitlab.interop.detr_formats" not in import_graph()["vitlab.interop.deformable_detr_formats"]

@@ -21,9 +21,9 @@ from torch import nn
 
 from vitlab.engine.loop import TaskData
 from vitlab.engine.options import check, option
-from vitlab.models.detr import DetectionOutput, SetPrediction, detector_export_spec
 from vitlab.models.family import ExportSpec, ModelFamily
 from vitlab.models.registry import create_model, register_config, register_model
+from vitlab.models.set_prediction import DetectionOutput, SetPrediction, detector_export_spec
 from vitlab.tasks.base import Task, register_task
 
 

@@ -40,7 +40,7 @@ def test_a_grey_vitlab_classifier_answers_grey_rgb_images_alike(tmp_path):
     torch.manual_seed(1)
     classifier = create_model("resnet18_tv_28").eval()
     path = save_weights(classifier, tmp_path / "classifier.safetensors")
-    from vitlab.interop.weights import read_state_dict
+    from vitlab.checkpoint import read_state_dict
 
     backbone = ResNetBackbone("resnet18", last_stage=3, frozen_bn=False, frozen_stages=0).eval()
     load_weights(backbone, classifier_to_backbone_state(read_state_dict(path)[0], backbone))

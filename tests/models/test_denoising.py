@@ -107,7 +107,7 @@ def giou_by_hand(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", ["detr", "deformable"])
 def test_the_reconstruction_losses_are_their_formulas(name):
-    from vitlab.models.detr import DetectionOutput
+    from vitlab.models.detection_output import DetectionOutput
 
     preset, overrides = DETECTORS[name]
     config = create_model(preset, **overrides).config

@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 import vitlab
 from vitlab.interop import load_model, load_weights, model_from_checkpoint, save_weights
 from vitlab.layers import sine_pos_embed_2d
-from vitlab.models.detr import DetectionOutput
+from vitlab.models.detection_output import DetectionOutput
 
 from .detr_reference import nested, official, official_detr
 

@@ -1,5 +1,5 @@
 """The hooks through which a model names its own parameter groups and adapts checkpoints (as timm's
-`no_weight_decay()` / `group_matcher()`): engine/optim and interop/weights call them and know no key names."""
+`no_weight_decay()` / `group_matcher()`): engine/optim and the checkpoint loader call them and know no key names."""
 
 import pytest
 import torch

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torchvision.ops import box_convert, sigmoid_focal_loss
 
-from vitlab.models.detr import DetectionOutput
+from vitlab.models.detection_output import DetectionOutput
 from vitlab.models.detr_criterion import SetCriterion
 from vitlab.models.detr_matcher import HungarianMatcher
 from vitlab.models.detr_postprocess import postprocess

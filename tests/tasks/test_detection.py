@@ -9,7 +9,7 @@ import torch
 from torchvision.ops import box_convert, generalized_box_iou
 
 import vitlab
-from vitlab.models.detr import DetectionOutput
+from vitlab.models.detection_output import DetectionOutput
 from vitlab.models.detr_criterion import SetCriterion
 from vitlab.models.detr_matcher import HungarianMatcher
 from vitlab.models.detr_postprocess import postprocess

@@ -9,9 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
+from vitlab.checkpoint import save_weights
 from vitlab.data.degradations import baseline, bicubic_upscale
 from vitlab.data.restoration import RestorationPatches, TaskBatchLoader
-from vitlab.interop.weights import save_weights
 from vitlab.models import create_model
 from vitlab.tasks.restoration.config import RestorationConfig, parse_degradations
 from vitlab.tasks.restoration.task import find_photographs, load_start, supervised_contrastive

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from torch import nn
 
+from ..checkpoint import load_model, save_weights
 from ..models.registry import config_type, get_config
-from .formats import read_checkpoint
+from .formats import load_weights, read_checkpoint
 from .hub import fetch, release_named
-from .weights import load_model, load_weights, save_weights
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:

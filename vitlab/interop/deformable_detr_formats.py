@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from .converters import CheckpointFile, Converter, State, register_converter
-from .detr_formats import HF_LAYER, hf_backbone_key, own_config, source_of, unused_stages_dropped
+from .set_prediction_keys import HF_LAYER, hf_backbone_key, own_config, source_of, unused_stages_dropped
 
 
 def is_deformable_detr_state(state: dict[str, torch.Tensor]) -> bool:

@@ -28,27 +28,19 @@ from typing import Any
 import torch
 
 from .converters import CheckpointFile, Converter, State, register_converter
-
-HF_LAYER = {"self_attn.out_proj": "self_attn.proj", "self_attn.o_proj": "self_attn.proj",
-            "encoder_attn.out_proj": "cross_attn.proj", "encoder_attn.o_proj": "cross_attn.proj",
-            "self_attn_layer_norm": "norm1", "fc1": "mlp.fc1", "fc2": "mlp.fc2", "mlp.fc1": "mlp.fc1",
-            "mlp.fc2": "mlp.fc2"}
+from .set_prediction_keys import HF_LAYER, hf_backbone_key, own_config, source_of, unused_stages_dropped
 
 
 def is_detr_state(state: dict[str, torch.Tensor]) -> bool:
-    """A DETR's or a Deformable DETR's state dict, in any of the layouts."""
-    from .deformable_detr_formats import is_deformable_detr_state
-
-    return is_deformable_detr_state(state) or any(
-        key in state for key in ("query_embed.weight", "model.query_position_embeddings.weight"))
+    """A DETR's state dict, in any of the layouts: object queries over one feature map (a multi-scale detector
+    embeds its levels as well, and is not one)."""
+    single_scale = "transformer.level_embed" not in state and "model.level_embed" not in state
+    queries = ("query_embed.weight", "model.query_position_embeddings.weight")
+    return single_scale and any(key in state for key in queries)
 
 
 def detr_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """An official or Hugging Face DETR (or Deformable DETR) state dict, or vitlab's own, in vitlab's key names."""
-    from .deformable_detr_formats import deformable_detr_state, is_deformable_detr_state
-
-    if is_deformable_detr_state(state):
-        return deformable_detr_state(state)
+    """An official or Hugging Face DETR state dict, or vitlab's own, in vitlab's key names."""
     if "model.query_position_embeddings.weight" in state:
         return _from_huggingface(state)
     if any(key.startswith("backbone.0.body.") for key in state):
@@ -76,20 +68,6 @@ def _from_official(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         else:  # input_proj, query_embed, class_embed, bbox_embed: the same names
             out[key] = value
     return out
-
-
-def hf_backbone_key(key: str) -> str:
-    """A Hugging Face ResNet backbone key (embedder / encoder.stages) in torchvision's names; timm keys pass."""
-    key = key.replace("embedder.embedder.convolution", "conv1").replace("embedder.embedder.normalization", "bn1")
-    match = re.match(r"encoder\.stages\.(\d+)\.layers\.(\d+)\.(shortcut|layer\.(\d+))\.(convolution|normalization)"
-                     r"\.(.+)$", key)
-    if not match:
-        return key
-    stage, block, part, conv, kind, leaf = match.groups()
-    prefix = f"layer{int(stage) + 1}.{block}."
-    if part == "shortcut":
-        return prefix + ("downsample.0." if kind == "convolution" else "downsample.1.") + leaf
-    return prefix + (f"conv{int(conv) + 1}." if kind == "convolution" else f"bn{int(conv) + 1}.") + leaf
 
 
 def _from_huggingface(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -128,19 +106,8 @@ def _from_huggingface(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return out
 
 
-def unused_stages_dropped(state: dict[str, torch.Tensor], last_stage: int) -> dict[str, torch.Tensor]:
-    """The state without the backbone stages after `last_stage`, which the detector never runs."""
-    unused = tuple(f"backbone.layer{s}." for s in range(last_stage + 1, 5))
-    return {key: value for key, value in state.items() if not key.startswith(unused)}
-
-
 def detr_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The DETRConfig fields a vitlab-layout DETR state dict (and a Hugging Face config.json, if any) determine;
-    for a Deformable DETR, its DeformableDETRConfig fields."""
-    if "transformer.level_embed" in state:
-        from .deformable_detr_formats import deformable_detr_architecture
-
-        return deformable_detr_architecture(state, hf_config)
+    """The DETRConfig fields a vitlab-layout DETR state dict (and a Hugging Face config.json, if any) determine."""
     arch: dict[str, Any] = {"family": "detr"}
     dim = state["query_embed.weight"].shape[1]
     arch.update(dim=dim, num_queries=state["query_embed.weight"].shape[0],
@@ -170,21 +137,6 @@ def detr_architecture(state: dict[str, torch.Tensor], hf_config: dict[str, Any] 
     return arch
 
 
-def own_config(hf_config: dict[str, Any] | None, model_type: str) -> dict[str, Any] | None:
-    """A config.json beside the weights, if it is a Hugging Face config of this model type."""
-    return hf_config if hf_config and hf_config.get("model_type") == model_type else None
-
-
-def source_of(state: State, hf_config: dict[str, Any] | None = None) -> str:
-    return "huggingface" if any(key.startswith("model.") for key in state) else "official"
-
-
-def _is_detr(state: State, hf_config: dict[str, Any] | None) -> bool:
-    from .deformable_detr_formats import is_deformable_detr_state
-
-    return is_detr_state(state) and not is_deformable_detr_state(state)
-
-
 def _convert(state: State, hf_config: dict[str, Any] | None) -> State:
     state = detr_state(state)
     return unused_stages_dropped(state, detr_architecture(state)["backbone_last_stage"])
@@ -194,5 +146,6 @@ def _architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
     return detr_architecture(state, own_config(file.hf_config, "detr"))
 
 
-register_converter(Converter("a DETR state dict (official .pth, Hugging Face DetrForObjectDetection)", "detr", _is_detr,
+register_converter(Converter("a DETR state dict (official .pth, Hugging Face DetrForObjectDetection)", "detr",
+                             lambda state, hf_config: is_detr_state(state),
                              _convert, _architecture, source_of))

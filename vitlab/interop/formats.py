@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
+from ..checkpoint import CONFIG_KEY, load_state, read_state_dict, set_norm_eps
 from ..reading import read_json, reading
 from .converters import CheckpointFile, Converter, State, converter_for, known_formats
-from .weights import CONFIG_KEY, read_state_dict
 
 
 @dataclass
@@ -93,3 +94,25 @@ def _read_huggingface_folder(folder: Path) -> tuple[State, dict[str, Any]]:
 def _read_npz(path: Path) -> State:
     with reading(path, "a NumPy .npz archive"), np.load(path, allow_pickle=False) as archive:  # arrays only
         return {key: torch.from_numpy(np.ascontiguousarray(archive[key])) for key in archive.files}
+
+
+def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.Tensor], *, strict: bool = True,
+                 offline: bool | None = None) -> nn.Module:
+    """Load weights into `model`: a state dict, a file or folder in any supported format (vitlab or timm
+    safetensors/.pth/.bin, a Hugging Face folder or file, a Google .npz, the official releases' files), detected
+    from the file; or released weights by name, fetched once into the Hugging Face cache: a release tag
+    ("vit_base_patch16_224.augreg2_in21k_ft_in1k", `vitlab.list_pretrained()`) or "hf-hub:org/name[@revision]".
+
+    Strict: keys that do not fit are an error listing them, with two exceptions the model's hook makes and warns
+    about (what fine-tuning expects to differ): a classification head for another class count (the model keeps its
+    fresh one) and position embeddings for another grid (resampled). `strict=False` loads what fits and warns.
+    `offline`: read the cache only (default: HF_HUB_OFFLINE). The LayerNorm epsilon is taken from the checkpoint
+    where it says one (Hugging Face's config.json).
+    """
+    if isinstance(source, dict):
+        state = convert_state(source)  # another library's names (an official DETR's, ...), if any
+    else:
+        state, info = read_checkpoint(source, offline=offline)
+        if info.norm_eps is not None:
+            set_norm_eps(model, info.norm_eps)
+    return load_state(model, state, strict=strict)

@@ -39,7 +39,9 @@ from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock,
 from ..layers.pos_embed import sine_box_embed, sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .denoising import DenoisingEmbedding, DenoisingQueries
-from .detr import (
+from .family import ExportSpec, ModelFamily, Release
+from .registry import register_config, register_model
+from .set_prediction import (
     BoxHead,
     DetectionOutput,
     SetPrediction,
@@ -49,8 +51,6 @@ from .detr import (
     detector_export_spec,
     layered_output,
 )
-from .family import ExportSpec, ModelFamily, Release
-from .registry import register_config, register_model
 
 
 def inverse_sigmoid(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torchvision.ops import box_convert, generalized_box_iou, sigmoid_focal_loss
 
 from .denoising import DenoisingQueries
-from .detr import DetectionOutput
+from .detection_output import DetectionOutput
 from .detr_matcher import HungarianMatcher, Match
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torchvision.ops import box_convert
 
-from .detr import DetectionOutput
+from .detection_output import DetectionOutput
 
 
 @torch.no_grad()

@@ -188,7 +188,7 @@ class ClassificationTask(Task):
 
     # -- model and loss ------------------------------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        from ...interop.weights import load_weights
+        from ...interop import load_weights
 
         c, b = self.config, self.bundle
         model = create_model(c.model, **{**self.release_overrides(), "num_classes": b.num_classes,
@@ -241,8 +241,8 @@ def load_teacher(path: str, bundle: DatasetBundle) -> nn.Module:
 
     It must see the student's inputs as it saw its own: the same image size, channels, normalisation and classes.
     """
+    from ...checkpoint import load_model
     from ...engine.run import RunDir
-    from ...interop.weights import load_model
     from .distill import freeze
 
     folder = Path(path)

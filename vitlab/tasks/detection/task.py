@@ -158,8 +158,9 @@ class DetectionTask(Task):
         model = create_model(c.model, **{**self.release_overrides(), "num_classes": classes, "aux_loss": c.aux_loss,
                                          **overrides})
         if c.weights or c.backbone_weights:
+            from ...checkpoint import read_state_dict
             from ...engine.run import weights_file
-            from ...interop.weights import load_weights, read_state_dict
+            from ...interop import load_weights
 
             if c.weights:
                 load_weights(model, weights_file(c.weights), strict=c.strict)

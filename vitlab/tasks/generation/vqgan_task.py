@@ -118,7 +118,7 @@ class VQGANTask(Task):
             raise OptionError("model", f"{c.model} has no discriminator (disc_layers=0); training needs one")
         model = create_model(c.model, **{**self.release_overrides(), "resolution": self.image_size()})
         if c.weights:
-            from ...interop.weights import load_weights
+            from ...interop import load_weights
 
             load_weights(model, c.weights, strict=c.strict)
         return model

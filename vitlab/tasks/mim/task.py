@@ -107,7 +107,7 @@ class MIMTask(Task):
 
     # -- model and loss ------------------------------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        from ...interop.weights import load_weights
+        from ...interop import load_weights
 
         c = self.config
         self.model_config()

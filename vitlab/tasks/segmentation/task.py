@@ -200,9 +200,10 @@ class SegmentationTask(Task):
 def load_start(model: nn.Module, path: str, strict: bool = True) -> None:
     """Weights to start from: a SETR (a run, or a file in vitlab's names) loads whole; any ViT checkpoint vitlab
     reads starts the encoder (its head and final norm left out, positions resampled to the crop)."""
+    from ...checkpoint import set_norm_eps
     from ...engine.run import weights_file
+    from ...interop import load_weights
     from ...interop.formats import read_checkpoint
-    from ...interop.weights import load_weights, set_norm_eps
 
     state, info = read_checkpoint(weights_file(path))
     if any(key.startswith(("decode_head.", "backbone.")) for key in state):
