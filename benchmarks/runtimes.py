@@ -80,7 +80,7 @@ def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = Tru
 
     def quantized(backend: str):
         def make():  # calibrated as `vitlab quantize` does, on random images (what is timed is the same graph)
-            from vitlab.runtime.quantize import calibration_recorder
+            from vitlab.runtime.calibration import calibration_recorder
 
             rows = min(32, 8 * case.batch)  # a ResNet-50 detector at 512² calibrates on 8 images, not 32
             recorder = calibration_recorder(model, rows)

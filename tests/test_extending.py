@@ -30,10 +30,10 @@ def toy():
     module = importlib.import_module("tests.toy_extension")
     yield module
     for name in ("toynet_28", "toydet_small"):
-        registry._PRESETS.pop(name, None)
+        registry.PRESETS.unregister(name)
     for family in ("toynet", "toydet"):
-        registry._CONFIG_TYPES.pop(family, None)
-    TASKS.pop("brightness", None)
+        registry.FAMILIES.unregister(family)
+    TASKS.unregister("brightness")
     sys.modules.pop("tests.toy_extension", None)
 
 

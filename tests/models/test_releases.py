@@ -34,8 +34,8 @@ def test_every_release_tag_is_a_registered_model_of_its_family_and_says_where_it
     for release in releases:
         model, _, name = release.tag.partition(".")
         assert name and model in vitlab.list_models(), release.tag
-        listing = [cls for cls in registry._CONFIG_TYPES.values() if release.tag in vars(cls).get("releases", {})]
-        assert len(listing) == 1 and registry._PRESETS[model].__module__ == listing[0].__module__, release.tag
+        listing = [cls for cls in registry.FAMILIES.values() if release.tag in vars(cls).get("releases", {})]
+        assert len(listing) == 1 and registry.PRESETS[model].__module__ == listing[0].__module__, release.tag
         assert release.source and release.format and release.licence
         # a figure and what it was measured on, or a note that says why there is none
         assert (release.metric and release.dataset) or (not release.metric and release.note), release.tag

@@ -11,7 +11,8 @@ import torch
 
 from vitlab import runtime
 from vitlab.cli.main import main
-from vitlab.runtime.quantize import calibration_recorder, module_of
+from vitlab.runtime.calibration import calibration_recorder
+from vitlab.runtime.quantize import module_of
 from vitlab.tasks.int8 import guard
 
 from .conftest import shares_graphs

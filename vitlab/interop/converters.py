@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from ..registry import Registry
+
 State = dict[str, torch.Tensor]
 
 
@@ -49,25 +51,20 @@ class Converter:
     decides: tuple[str, ...] | None = None
 
 
-_CONVERTERS: dict[str, Converter] = {}
+# every converter by name; the first lookup imports the interop package's `*_formats` modules, which register
+# theirs (registering a name again replaces it: a module reloaded)
+CONVERTERS: Registry[Converter] = Registry("converter", discover=__name__.rpartition(".")[0],
+                                           matches=lambda module: module.endswith("_formats"), replace=True)
 
 
 def register_converter(converter: Converter) -> Converter:
-    """Register a converter under its name (registering the same name again replaces it: a module reloaded)."""
-    _CONVERTERS[converter.name] = converter
-    return converter
+    """Register a converter under its name."""
+    return CONVERTERS.register(converter.name, converter)
 
 
 def registered_converters() -> list[Converter]:
-    """Every registered converter, after importing the interop package's `*_formats` modules."""
-    import importlib
-    import pkgutil
-
-    package = __name__.rpartition(".")[0]
-    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
-        if module.name.endswith("_formats"):
-            importlib.import_module(f"{package}.{module.name}")
-    return list(_CONVERTERS.values())
+    """Every registered converter, the interop package's own and those registered from elsewhere."""
+    return list(CONVERTERS.values())
 
 
 def converter_for(state: State, hf_config: dict[str, Any] | None, what: str) -> Converter | None:

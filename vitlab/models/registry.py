@@ -10,16 +10,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
-import functools
-import importlib
-import pkgutil
 from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
-_PRESETS: dict[str, Callable[[], Any]] = {}
-_CONFIG_TYPES: dict[str, type] = {}  # family name -> config class, to rebuild a model from a saved config
+from ..registry import Registry
+
+# the modules of this package register their families and presets on import: the first lookup imports them all
+# (a family defined elsewhere registers when its own module is imported)
+PRESETS: Registry[Callable[[], Any]] = Registry("model", discover=__name__.rpartition(".")[0])
+FAMILIES: Registry[type] = Registry("model family", discover=__name__.rpartition(".")[0])  # to rebuild saved configs
 
 # names users bring from timm that mean the same as ours
 OVERRIDE_ALIASES = {"embed_dim": "dim"}
@@ -29,48 +30,37 @@ def register_config(cls: type) -> type:
     """Class decorator for a family's config dataclass: a `family` class attribute, a `build()` method, and what
     `models/family.py`'s `ModelFamily` declares. Registering a family's name twice is an error (a subclass
     registers its own name)."""
-    known = _CONFIG_TYPES.get(cls.family)
-    if known is not None and known.__qualname__ != cls.__qualname__:
-        raise ValueError(f"model family {cls.family!r} is registered twice ({known.__qualname__} and "
-                         f"{cls.__qualname__})")
-    _CONFIG_TYPES[cls.family] = cls
-    return cls
+    return FAMILIES.register(cls.family, cls)
 
 
 def config_type(family: str) -> type:
     """The config class of a registered family."""
-    _import_families()
-    if family not in _CONFIG_TYPES:
-        raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(_CONFIG_TYPES))}")
-    return _CONFIG_TYPES[family]
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}")
+    return FAMILIES[family]
 
 
 def list_families() -> list[type]:
     """The config class of every registered family, by family name."""
-    _import_families()
-    return [_CONFIG_TYPES[name] for name in sorted(_CONFIG_TYPES)]
+    return [FAMILIES[name] for name in sorted(FAMILIES)]
 
 
 def register_model(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """Function decorator: register a preset under the function's name."""
-    if fn.__name__ in _PRESETS:
-        raise ValueError(f"model {fn.__name__!r} is registered twice")
-    _PRESETS[fn.__name__] = fn
-    return fn
+    """Function decorator: register a preset under the function's name (another function of that name is an
+    error)."""
+    return PRESETS.register(fn.__name__, fn)
 
 
 def list_models(pattern: str = "*") -> list[str]:
     """Registered model names matching a shell-style pattern (`"vit_*_patch16_*"`), sorted."""
-    _import_families()
-    return sorted(name for name in _PRESETS if fnmatch.fnmatch(name, pattern))
+    return sorted(name for name in PRESETS if fnmatch.fnmatch(name, pattern))
 
 
 def list_pretrained(pattern: str = "*") -> list[Any]:
     """The released checkpoints (`Release`) the families list, whose tag ("vit_base_patch16_224.augreg2_...")
     matches a shell-style pattern, sorted by tag. A tag is the registered model's name, a dot, the release."""
-    _import_families()
     found = {}
-    for family_config in _CONFIG_TYPES.values():  # a family's own list only, not one its config inherits
+    for family_config in FAMILIES.values():  # a family's own list only, not one its config inherits
         for tag, release in vars(family_config).get("releases", {}).items():
             if fnmatch.fnmatch(tag, pattern):
                 found[tag] = release
@@ -94,12 +84,11 @@ def check_model_for_task(name: str, task: str) -> Any:
 
 def get_config(name: str, **overrides: Any) -> Any:
     """The config of a registered model with overrides applied."""
-    _import_families()
-    if name not in _PRESETS:
-        close = difflib.get_close_matches(name, list(_PRESETS), n=5, cutoff=0.5)
+    if name not in PRESETS:
+        close = difflib.get_close_matches(name, list(PRESETS), n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown model {name!r}{hint} (vitlab.list_models() lists all {len(_PRESETS)})")
-    return apply_overrides(_PRESETS[name](), **overrides)
+        raise ValueError(f"unknown model {name!r}{hint} (vitlab.list_models() lists all {len(PRESETS)})")
+    return apply_overrides(PRESETS[name](), **overrides)
 
 
 def apply_overrides(config: Any, **overrides: Any) -> Any:
@@ -143,12 +132,3 @@ def config_from_dict(data: dict[str, Any]) -> Any:
     data = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items()}
     # a family whose saved form changed reads older dicts itself
     return cls.from_saved(data) if hasattr(cls, "from_saved") else cls(**data)
-
-
-@functools.cache
-def _import_families() -> None:
-    """Import every module of this package, once: a family registers itself on import (a family defined
-    elsewhere registers when its own module is imported)."""
-    package = __name__.rpartition(".")[0]
-    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
-        importlib.import_module(f"{package}.{module.name}")

@@ -39,6 +39,7 @@ from torch import nn
 from ..engine.config import LoopConfig
 from ..engine.distributed import DistInfo
 from ..engine.loop import TaskData
+from ..registry import Registry
 from .weights_options import released
 
 
@@ -61,20 +62,20 @@ DOCS_EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"  # Fas
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 
-TASKS: dict[str, type[Task]] = {}
+# every task by name, in the order `--task` lists them (each task's `order`); the first lookup imports the task
+# packages of vitlab/tasks/, which register themselves: a task is a package, and no list names it
+TASKS: Registry[type[Task]] = Registry("task", discover=__name__.rpartition(".")[0], packages=True,
+                                       order=lambda task: task.order)
 
 
 def register_task(cls: type[Task]) -> type[Task]:
     """Class decorator: make a task known to `train`, the command line and the server, under `cls.name`."""
-    known = TASKS.get(cls.name)
-    if known is not None and known.__qualname__ != cls.__qualname__:
-        raise ValueError(f"task {cls.name!r} is registered twice ({known.__qualname__} and {cls.__qualname__})")
-    TASKS[cls.name] = cls
-    return cls
+    return TASKS.register(cls.name, cls)
 
 
 class Task:
     name: ClassVar[str]
+    order: ClassVar[int] = 1000  # where `--task`, the server's tabs and the docs list it: lowest first
     Config: ClassVar[type]
     best: ClassVar[tuple[str, str]]
     sample_name: ClassVar[str] = "samples"  # what the training throughput counts ("images" -> train_images_per_s)

@@ -22,7 +22,8 @@ from typing import Any
 from torch import nn
 
 from ..atomic import write_json
-from ..runtime.quantize import DEFAULT_SAMPLES, calibration_recorder, cpu_int8_isa
+from ..runtime.calibration import calibration_recorder
+from ..runtime.quantize import DEFAULT_SAMPLES, cpu_int8_isa
 
 
 def quantize_run(run_dir: str | Path, backend: str = "onnxruntime", calibration: str | None = None,

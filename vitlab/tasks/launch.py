@@ -32,7 +32,7 @@ RESUMABLE = ("epochs", "steps", "max_epochs_this_run", "max_steps_this_run", "de
 
 
 def get_task(name: str) -> type[Task]:
-    from . import TASKS
+    from .base import TASKS
 
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
@@ -156,7 +156,7 @@ def upgrade_run_config(saved: dict[str, Any]) -> dict[str, Any]:
     each task recognises its own old layout (`Task.upgrade_saved`)."""
     if isinstance(saved.get("task"), str) or "options" not in saved:
         return saved
-    from . import TASKS
+    from .base import TASKS
 
     for cls in TASKS.values():
         upgraded = cls.upgrade_saved(saved)
@@ -184,7 +184,7 @@ def load_task(run_dir: str | Path) -> tuple[Task, dict[str, Any]]:
 def load_task_for(run_dir: str | Path, command: str) -> tuple[Task, dict[str, Any]]:
     """`load_task`, for a task's own command (`vitlab restore`, ...): a run of another task is refused, naming the
     tasks whose runs the command takes."""
-    from . import TASKS
+    from .base import TASKS
 
     task, saved = load_task(run_dir)
     if command not in task.commands:

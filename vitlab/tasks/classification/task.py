@@ -46,6 +46,7 @@ def _absolute(path: str | None) -> str | None:
 @register_task
 class ClassificationTask(Task):
     name: ClassVar[str] = "classification"
+    order: ClassVar[int] = 10
     inference_module: ClassVar[str] = "vitlab.tasks.classification.inference"
     EvalOptions: ClassVar[type] = ClassificationEvalOptions
     PredictOptions: ClassVar[type] = ClassificationPredictOptions

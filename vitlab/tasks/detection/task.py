@@ -1,4 +1,5 @@
-"""Object detection with DETR on the loop: any COCO-format folder (a user's COCO, an annotation tool's export,
+"""Object detection with a set-prediction detector (DETR, Deformable DETR, or any family that mixes in
+`SetPrediction`) on the loop: any COCO-format folder (a user's COCO, an annotation tool's export,
 `vitlab make-scenes`), the Hungarian set loss, and COCO's AP on the val split.
 
 A batch is (images (B, 3, H, W) ImageNet-normalised and zero-padded, padding_mask (B, H, W) True at padding,
@@ -60,6 +61,7 @@ def normalized_targets(targets: list[dict[str, Any]]) -> list[dict[str, torch.Te
 @register_task
 class DetectionTask(Task):
     name: ClassVar[str] = "detection"
+    order: ClassVar[int] = 30
     EvalOptions: ClassVar[type] = DetectionEvalOptions
     PredictOptions: ClassVar[type] = DetectionPredictOptions
     ServeOptions: ClassVar[type] = DetectionServeOptions

@@ -97,6 +97,7 @@ def balanced_labels(n: int, num_classes: int) -> torch.Tensor:
 @register_task
 class PriorTask(Task):
     name: ClassVar[str] = "prior"
+    order: ClassVar[int] = 70
     commands: ClassVar[tuple[str, ...]] = ("sample", "reconstruct")
     EvalOptions: ClassVar[type] = GenerationEvalOptions
     ServeOptions: ClassVar[type] = PriorServeOptions

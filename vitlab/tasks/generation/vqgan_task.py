@@ -47,6 +47,7 @@ def load_perceptual_loss() -> nn.Module:
 @register_task
 class VQGANTask(Task):
     name: ClassVar[str] = "vqgan"
+    order: ClassVar[int] = 60
     commands: ClassVar[tuple[str, ...]] = ("reconstruct",)
     EvalOptions: ClassVar[type] = GenerationEvalOptions
     ServeOptions: ClassVar[type] = VQGANServeOptions

@@ -30,6 +30,7 @@ from .config import MIMConfig, MIMEvalOptions, MIMPredictOptions
 @register_task
 class MIMTask(Task):
     name: ClassVar[str] = "mim"
+    order: ClassVar[int] = 80
     Config: ClassVar[type] = MIMConfig
     EvalOptions: ClassVar[type] = MIMEvalOptions
     PredictOptions: ClassVar[type] = MIMPredictOptions

@@ -78,6 +78,7 @@ def find_photographs(data: str, eval_data: str | None = None
 @register_task
 class RestorationTask(Task):
     name: ClassVar[str] = "restoration"
+    order: ClassVar[int] = 50
     commands: ClassVar[tuple[str, ...]] = ("restore",)
     EvalOptions: ClassVar[type] = RestorationEvalOptions
     PredictOptions: ClassVar[type] = RestorationPredictOptions

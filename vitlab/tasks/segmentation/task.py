@@ -44,6 +44,7 @@ def pixel_cross_entropy(logits: torch.Tensor, masks: torch.Tensor) -> torch.Tens
 @register_task
 class SegmentationTask(Task):
     name: ClassVar[str] = "segmentation"
+    order: ClassVar[int] = 40
     EvalOptions: ClassVar[type] = SegmentationEvalOptions
     PredictOptions: ClassVar[type] = SegmentationPredictOptions
     ServeOptions: ClassVar[type] = SegmentationServeOptions

@@ -58,6 +58,7 @@ class SequenceStream:
 @register_task
 class Seq2SeqTask(Task):
     name: ClassVar[str] = "seq2seq"
+    order: ClassVar[int] = 20
     commands: ClassVar[tuple[str, ...]] = ("translate",)
     EvalOptions: ClassVar[type] = Seq2SeqInferenceOptions
     PredictOptions: ClassVar[type] = Seq2SeqInferenceOptions
