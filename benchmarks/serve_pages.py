@@ -4,7 +4,7 @@
 
 Writes docs/img/serve_<task>.png, one per run. The browser is Debian's `chromium` (apt-get install chromium),
 driven by playwright's Python package pointed at it: nothing is downloaded. The browser test
-(tests/serve/test_browser.py) drives the page with the same functions.
+(tests/benchmarks/test_serve_pages.py) drives the page with the same functions.
 """
 
 from __future__ import annotations

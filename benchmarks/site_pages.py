@@ -4,7 +4,7 @@ and check that each renders (a title, a heading, no failed request) and that eve
     python benchmarks/site_pages.py                     # check every page; screenshots into docs/img/site_*.png
     python benchmarks/site_pages.py --site /tmp/site    # an already built site
 
-The test suite runs the same check (tests/docs/test_site_browser.py) without writing the screenshots.
+The test suite runs the same check (tests/benchmarks/test_site_pages.py) without writing the screenshots.
 """
 
 from __future__ import annotations

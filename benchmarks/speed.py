@@ -3,6 +3,7 @@
     python benchmarks/speed.py --rounds 5             # the four default models + scaling (~20 min, 2 cores)
     python benchmarks/speed.py --quick                # a smoke run: tiny settings, two small models
     python benchmarks/speed.py --compile --models vit_tiny_patch16_224 --tag speed-compile --no-scaling
+    python benchmarks/speed.py --models vit_small_patch16_224 --batch 32 --tag mine   # one model, your batch
 
 Writes benchmarks/results/<tag>.json and <tag>.md (default tag: speed) and prints the markdown. The ratios
 vitlab/timm and vitlab/HF are what matters: absolute numbers move on a shared machine. One benchmark at a time
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +37,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+",
                         help="registered names (default: vit_{tiny,small,base}_patch16_224, vit_mini_convstem_28)")
+    parser.add_argument("--batch", type=int, help="inference batch of every model named (default: each one's own; "
+                                                   "batch 1 is always timed)")
+    parser.add_argument("--train-batch", type=int, help="training batch of every model named (default: --batch, "
+                                                         "else each one's own)")
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run (seconds, not minutes)")
     parser.add_argument("--repeats", type=int, default=5, help="most timed calls per row per round (default: 5)")
     parser.add_argument("--target-s", type=float, default=2.5, help="seconds per row per round (default: 2.5)")
@@ -55,6 +61,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     known = {w.name: w for w in (QUICK if args.quick else DEFAULT)}
     workloads = [known.get(m, Workload(m)) for m in args.models] if args.models else (QUICK if args.quick else DEFAULT)
+    if args.batch or args.train_batch:
+        workloads = [replace(w, infer_batch=args.batch or w.infer_batch,
+                             train_batch=args.train_batch or args.batch or w.train_batch) for w in workloads]
     settings = Settings(repeats=args.repeats, target_s=args.target_s, rounds=args.rounds, compile=args.compile,
                         memory=args.memory, device=args.device, cpu_settings=args.cpu_settings)
     sizes = (224, 384, 512)

@@ -249,3 +249,45 @@ def make_prior(out: Path, vqgan: Path) -> None:
 
 MAKERS = {"cls": make_cls, "scenes": make_scenes, "detr": make_detr, "setr": make_setr, "photos": make_photos,
           "ipt": make_ipt, "vqgan": make_vqgan, "prior": make_prior}
+
+
+# ---- a server over the trained runs, and the built documentation site: read by tests/serve, tests/docs and the
+# browser and load tests of tests/benchmarks --------------------------------------------------------------------------
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+
+
+@pytest.fixture(scope="session")
+def served(trained):
+    from vitlab.serve.runs import load_runs
+
+    return load_runs(trained.all_of(("cls", "detr", "setr", "ipt", "vqgan", "prior")))  # the other worker may make some
+
+
+@pytest.fixture(scope="session")
+def server(served):
+    """The base URL of the API and the page over every run, served from a thread of this process, on a free port
+    of 127.0.0.1."""
+    from vitlab.serve.app import create_app
+    from vitlab.serve.pool import WorkerPool
+    from vitlab.serve.server import background_server
+
+    with background_server(create_app(served, WorkerPool(workers=2, queue=64))) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The documentation site, built once per test run (`mkdocs build --strict`), whichever worker gets there
+    first building it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
+    root = Path(__file__).resolve().parents[1]
+    with made_once(tmp_path_factory, "site") as (out, made):
+        if not made:
+            env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+            done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                                  cwd=root, capture_output=True, text=True, env=env, timeout=300, check=False)
+            assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    return out

@@ -1,6 +1,6 @@
 """vitlab as a user gets it from an index: `python -m build` makes a wheel and an sdist, and the wheel, installed
-into a fresh virtual environment, runs `vitlab --help`, `vitlab models` and a forward pass, with its package data
-(the photographs' list) inside.
+into a fresh virtual environment, runs `vitlab --help`, every command's `--help`, `vitlab models` and a forward pass,
+with its package data (the photographs' list) inside.
 
 The fresh environment takes vitlab from the wheel only; its dependencies (torch alone is gigabytes) come from the
 environment running the tests, added to its path by a .pth file, so nothing is downloaded."""
@@ -53,3 +53,16 @@ print(tuple(vitlab.create_model("vit_tiny_patch16_224", num_classes=3)(torch.ran
 """, cwd=tmp_path).split()
     assert out[0].startswith(str(site)), f"vitlab came from {out[0]}, not from the installed wheel"
     assert out[1:] == ["True", "(1,", "3)"]
+    # every command `vitlab --help` lists answers its own --help from the wheel (none needs the clone's files)
+    listed = _run(python, "-c", """
+import contextlib, io
+from vitlab.cli.main import build_parser, main
+commands = sorted(build_parser()._subparsers._group_actions[0].choices)
+for command in commands:
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+        main([command, "--help"])
+    assert f"usage: vitlab {command}" in out.getvalue(), command
+print(" ".join(commands))
+""", cwd=tmp_path).split()
+    top = _run(env / "bin" / "vitlab", "--help")
+    assert len(listed) >= 15 and all(f"    {command}" in top for command in listed)

@@ -10,8 +10,8 @@ every contender is measured with identical settings: the same inputs, the same A
 
 Rounds are interleaved and rotated (each contender goes first once), and each round's ratio vitlab/timm pairs
 measurements taken seconds apart, so the ratios hold on a shared, noisy machine even when absolute numbers move.
-`scaling` times one model against image size with the attention core timed alone. `benchmarks/speed.py` and
-`vitlab bench` are the front doors.
+`scaling` times one model against image size with the attention core timed alone. `benchmarks/speed.py` is the
+front door (from a clone: the harness is not part of the installed package, as timm's benchmark script is not).
 
 One concern per module: workloads (what is measured, the same model in each library), clock (timing a call),
 costs (FLOPs, matmul peak, peak memory), attention (scaling with tokens, fused against explicit attention),

@@ -1,5 +1,5 @@
 """The benchmark harness (benchmarks/harness/): the same model in three libraries, interleaved rounds with
-per-round ratios, memory in a fresh process, scaling with tokens; `vitlab bench` finds it in the clone."""
+per-round ratios, memory in a fresh process, scaling with tokens."""
 
 import pytest
 import torch

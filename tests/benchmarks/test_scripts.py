@@ -42,6 +42,21 @@ def test_speed_script_writes_json_and_markdown(tmp_path):
         assert any("bf16" in note for note in result["notes"])
 
 
+def test_speed_script_times_any_model_at_the_batches_given(tmp_path, capsys):
+    """What `vitlab bench MODEL --batch N` did, from the clone (the harness is not in the installed package)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the options are checked here, not the speed
+    try:
+        result = _load_script("speed").main(["--models", "vit_mini_patch7_28", "--batch", "2", "--train-batch", "3",
+                                             "--repeats", "1", "--rounds", "1", "--target-s", "0", "--no-memory",
+                                             "--no-scaling", "--no-attention-paths", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["label"] for r in result["rows"]] == ["vitlab", "timm", "hf"]
+    assert {(r["infer_batch"], r["train_batch"]) for r in result["rows"]} == {(2, 3)}
+    assert "| vitlab/timm | vitlab/HF |" in capsys.readouterr().out
+
+
 def test_linear_kernels_script_times_the_three_matmul_kernels_on_the_same_layer(tmp_path):
     result = _load_script("linear_kernels").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
     (row,) = result["rows"]

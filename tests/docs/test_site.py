@@ -1,6 +1,6 @@
 """The documentation site builds with `mkdocs build --strict` (no broken link, no page left out of the
 navigation, no reference that does not resolve), with a page for every system and every task, and the generated
-pages hold what the code declares now. The site is built once per test run (tests/docs/conftest.py)."""
+pages hold what the code declares now. The site is built once per test run (tests/conftest.py: `site`)."""
 
 SYSTEMS = ("transformer", "vit", "deit", "detr", "deformable_detr", "setr", "ipt", "vqgan")
 

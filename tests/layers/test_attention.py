@@ -312,14 +312,11 @@ def test_float_key_padding_mask_adds_like_a_bool_one_blocks():
                                attn(query, key, attn_mask=causal, key_padding_mask=padding))
 
 
-def test_context_is_a_deprecated_name_of_key():
+def test_the_values_default_to_the_keys():
     attn = MultiHeadAttention(16, 2, qkv_bias=True).eval()
     query, key, _ = inputs("kv", D=16)
-    with pytest.warns(DeprecationWarning, match="context"):
-        old = attn(query, context=key)
-    torch.testing.assert_close(old, attn(query, key))
-    with pytest.raises(TypeError, match="not both"), pytest.warns(DeprecationWarning):
-        attn(query, key, context=key)
+    torch.testing.assert_close(attn(query, key), attn(query, key, key))
+    torch.testing.assert_close(attn(query), attn(query, query, query))  # self-attention: all three are the query
 
 
 def test_wrong_inputs_are_clear_errors():

@@ -15,7 +15,7 @@ from PIL import Image
 
 from vitlab.cli.main import main
 
-from .conftest import EXAMPLES
+from ..conftest import EXAMPLES
 
 
 def cli_json(capsys, *argv) -> list | dict:

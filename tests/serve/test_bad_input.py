@@ -16,7 +16,7 @@ from PIL import Image
 from vitlab.serve.pool import WorkerPool
 from vitlab.serve.uploads import BadInput, ImageLimits, read_image
 
-from .conftest import EXAMPLES
+from ..conftest import EXAMPLES
 
 BOOT = (EXAMPLES / "test0-ankle-boot.png").read_bytes()
 

@@ -9,7 +9,6 @@ import sys
 
 from . import (
     attention_cmd,
-    bench_cmd,
     check_data_cmd,
     convert_cmd,
     demo,
@@ -29,8 +28,7 @@ from . import (
 )
 
 COMMANDS = [train, evaluate_cmd, predict, attention_cmd, check_data_cmd, convert_cmd, export_cmd, quantize_cmd,
-            bench_cmd, models_cmd, download_cmd, demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd,
-            serve_cmd]
+            models_cmd, download_cmd, demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"  # read where it matters (interop/hub.py), and by huggingface_hub's children
-    if args.command != "bench":  # the benchmark sets these itself (--cpu-settings), the same for every library
-        tune_process()
+    tune_process()
     try:
         return int(args.run(args) or 0)
     except Exception as error:

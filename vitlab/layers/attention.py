@@ -32,7 +32,6 @@ rule the same way on both paths, so they agree whichever kernel the fused path p
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -200,22 +199,13 @@ class MultiHeadAttention(nn.Module):
         attn_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
         return_attn: bool = False,
-        *,
-        context: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """query: (B, N, D); key: (B, M, D), None for self-attention; value: (B, M, D), None to use the keys.
 
         attn_mask broadcastable to (B, heads, N, M), True = may attend (or additive); key_padding_mask (B, M),
         True = padded key, ignored by every query. Returns (B, N, D); with `return_attn=True` also the
-        probabilities (B, heads, N, M), which forces the explicit path for this call. `context` is the old,
-        deprecated name of `key`.
+        probabilities (B, heads, N, M), which forces the explicit path for this call.
         """
-        if context is not None:
-            warnings.warn("MultiHeadAttention(x, context=...) is deprecated: pass the keys' tokens as `key` "
-                          "(the values default to them)", DeprecationWarning, stacklevel=4)  # past nn.Module.__call__
-            if key is not None:
-                raise TypeError("give the keys as `key` or as the deprecated `context`, not both")
-            key = context
         self.check_inputs(query, key, value, key_padding_mask)
         q, k, v = self.project_qkv(query, key, value)
         return self.attend(q, k, v, attn_mask=attn_mask, key_padding_mask=key_padding_mask, return_attn=return_attn)

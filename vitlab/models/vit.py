@@ -469,7 +469,7 @@ def vit_tiny_patch7_28() -> ViTConfig:
 @register_model
 def vit_mini_patch7_28() -> ViTConfig:
     """16 patch tokens of 7×7 pixels, 128 wide, 6 deep, 4 heads: the best plain-patch ViT per second of CPU
-    training measured here (benchmarks/fashion_mnist_recipe.py)."""
+    training (benchmarks/fashion_mnist_recipe.py)."""
     return _vit28(7, 128, 6, 4)
 
 

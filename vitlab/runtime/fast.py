@@ -12,9 +12,9 @@ What it does differently from the model's forward:
   still gives a key and a value, but only the prefix tokens ask queries and go through the output projection and
   the MLP. About 0.84/depth less work (ViT-B/16 at 224: 7 %), the same logits up to float rounding.
 - **Inference writes into its own fresh buffers**: GELU (or ReLU) over fc1's output, and each residual sum into its
-  branch's output, instead of new tensors. A large new tensor costs page faults on a CPU (a 77 MB GELU of ViT-B
-  at batch 32: ~35 ms into a new buffer, ~9 ms in place, measured here); below IN_PLACE_MIN_ELEMENTS a new tensor
-  is cheap and the checks cost more. The block's input is never written: a caller may hold it.
+  branch's output, instead of new tensors: a large new tensor costs page faults on a CPU, which writing in place
+  does not (benchmarks/inplace_inference.py measures it); below IN_PLACE_MIN_ELEMENTS a new tensor is cheap and
+  the checks cost more. The block's input is never written: a caller may hold it.
 - **Unused sub-layers are skipped rather than called**: nn.Identity (no layer scale, no drop path) and
   nn.Dropout(p=0) return their input, but each nn.Module call costs microseconds of Python, which shows at batch 1
   and on small models.
@@ -51,7 +51,7 @@ from ..models.vit import VisionTransformer
 from .wrapper import ModelWrapper
 
 # Below this many elements (1 MiB of fp32) a new tensor is cheap and checking whether it may be overwritten costs
-# more than it saves: at batch 1 the checks made the mini model ~10 % slower, measured here.
+# more than it saves (a small model at batch 1 is slower with the checks than without)
 IN_PLACE_MIN_ELEMENTS = 1 << 18
 
 

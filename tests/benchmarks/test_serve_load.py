@@ -1,14 +1,8 @@
 """The load test of benchmarks/serve_load.py, bounded: 200 requests from 8 concurrent clients against the test
 server, over every run; the bar is no error (every answer 200 and equal to the same request made alone)."""
 
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 @pytest.mark.slow

@@ -3,19 +3,13 @@ browser is downloaded). It loads the page, uploads a Fashion-MNIST image, presse
 class from the page; a refused image shows the server's message on the page."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from vitlab.cli.main import main
 
-from .conftest import EXAMPLES
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from ..conftest import EXAMPLES
 
 pytestmark = [pytest.mark.slow, pytest.mark.whole_machine]  # a browser beside the server
 

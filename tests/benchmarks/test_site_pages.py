@@ -1,14 +1,8 @@
 """The built documentation site in a real browser (Debian's chromium, headless, through playwright): every page
 renders with a title and a heading, nothing it asks for fails, and every image on it loads."""
 
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 pytestmark = [pytest.mark.slow, pytest.mark.whole_machine]  # a browser beside the server
 
