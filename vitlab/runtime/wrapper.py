@@ -9,10 +9,10 @@ whose parameters are the model's own tensors, so that eval, predict and serve ta
 
 from __future__ import annotations
 
+import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import nn
 
 if TYPE_CHECKING:
@@ -67,56 +67,48 @@ def _plain_method(cls: type, name: str) -> types.FunctionType | None:
 
 
 class RuntimeModule(ModelWrapper):
-    """A model whose forward runs on `runtime`: the graph's inputs (a classifier's or segmenter's images
-    (B, C, H, W)) -> what the model returns.
+    """The model with its graph's method (`forward`; a VQGAN's `decode`: `runtime.method`) running on `runtime`;
+    every other method is the model's own, reaching that one through the wrapper.
 
-    `runtime` says what runs it. The subclasses below take the other kinds' graph methods; `runtime_module`
-    picks one by the graph's kind.
+    A call is bound to the model's own signature of the method: its first parameters are the graph's inputs (in the
+    graph's order: a detector's images and padding_mask), a `task` is the graph's task (a restorer's), and a call
+    that asks for something the graph does not compute (any other argument given a value other than its default,
+    such as IPT's return_tokens=True, whose tokens exist only in torch) runs the torch model itself. No table of
+    kinds: the family's export spec says what the graph takes.
     """
 
     def __init__(self, model: nn.Module, runtime: Runtime) -> None:
         super().__init__(model)
         self.runtime = runtime
-
-    def forward(self, *inputs: Any) -> Any:
-        return self.runtime(*inputs)
-
-
-class RuntimeDetector(RuntimeModule):
-    """A detector: images (B, 3, H, W) and an optional padding_mask (B, H, W) -> DetectionOutput, on the runtime."""
-
-    def forward(self, images: Any, padding_mask: Any = None) -> Any:
-        return self.runtime(images, padding_mask)
-
-
-class RuntimeRestorer(RuntimeModule):
-    """A restorer (IPT, EDSR): images (B, 3, S, S) and a task -> restored images, on the task's graph.
-
-    The body's tokens (`return_tokens=True`, for the attention pictures) exist only in torch: that call runs the
-    torch model itself.
-    """
-
-    def forward(self, x: Any, task: int | str = 0, return_tokens: bool = False) -> Any:
-        if return_tokens:
-            return self.wrapped(x, task, return_tokens=True)
-        return self.runtime(x, task=task)
-
-
-class RuntimeDecoder(RuntimeModule):
-    """A VQGAN whose decoder runs on the runtime: `decode(codes)` there; `forward` (encode, quantise, decode) and
-    `decode_indices` are the model's own, reaching `decode` through the wrapper."""
+        self.graph_method = runtime.method
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.graph_method == "forward":
+            return self.on_runtime("forward", args, kwargs)
         return type(self.wrapped).forward(self, *args, **kwargs)
 
-    def decode(self, z_q: torch.Tensor) -> torch.Tensor:
-        return self.runtime(z_q)
+    def __getattr__(self, name: str) -> Any:
+        if name != "forward" and name == self.__dict__.get("graph_method"):
+            return lambda *args, **kwargs: self.on_runtime(name, args, kwargs)
+        return super().__getattr__(name)
 
-
-RUNTIME_MODULES = {"detector": RuntimeDetector, "restorer": RuntimeRestorer, "vqgan-decoder": RuntimeDecoder}
+    def on_runtime(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The model's `method` called with (args, kwargs): on the runtime where the graph computes it."""
+        signature = inspect.signature(getattr(type(self.wrapped), method))
+        arguments = signature.bind(self.wrapped, *args, **kwargs).arguments
+        parameters = list(signature.parameters.values())[1:]  # after self
+        graph_inputs = [p.name for p in parameters[:len(self.runtime.input_names)]]
+        inputs = [arguments[name] for name in graph_inputs if name in arguments]
+        task = arguments.get("task")
+        asked = [p.name for p in parameters if p.name in arguments and p.name not in graph_inputs
+                 and p.name != "task" and arguments[p.name] is not None and arguments[p.name] is not False
+                 and arguments[p.name] is not p.default]
+        if asked:  # what only the torch model computes
+            return getattr(self.wrapped, method)(*args, **kwargs)
+        return self.runtime(*inputs, task=task)
 
 
 def runtime_module(model: nn.Module, runtime: Runtime) -> RuntimeModule:
-    """`model` with its graph's method on `runtime`: the wrapper for the graph's kind; a forward that takes the
-    graph's inputs for any other kind (classifier, segmenter)."""
-    return RUNTIME_MODULES.get(runtime.kind, RuntimeModule)(model, runtime)
+    """`model` with its graph's method on `runtime` (a Runtime, or anything with its `method`, `input_names` and
+    call)."""
+    return RuntimeModule(model, runtime)

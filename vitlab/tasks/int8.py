@@ -96,7 +96,7 @@ class _Agreement:
 
     def __init__(self, int8: Any, fp32: Any, task: Any) -> None:
         self.int8, self.fp32, self.task = int8, fp32, task
-        self.kind = int8.kind
+        self.kind, self.method, self.input_names = int8.kind, int8.method, int8.input_names
         self.agreeing, self.count = 0.0, 0
 
     def __call__(self, *inputs: Any, task: int | str | None = None) -> Any:
