@@ -66,3 +66,40 @@ def test_vitlabs_registries_find_their_packages_themselves():
     assert list(TASKS)[:3] == ["classification", "seq2seq", "detection"]  # each task's declared order
     assert [TASKS[name].order for name in TASKS] == sorted(TASKS[name].order for name in TASKS)
     assert {converter.family for converter in CONVERTERS.values()} >= {"vit", "detr", "deformable_detr"}
+
+
+def test_a_family_whose_model_is_no_model_is_refused_by_name():
+    """What the layers above ask of a model is `Model`'s (models/family.py): a family that builds a plain nn.Module
+    would lose its hooks silently, so create_model says what to subclass."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from torch import nn
+
+    from vitlab.models.family import Model, ModelFamily
+    from vitlab.models.registry import FAMILIES, PRESETS, create_model, register_config, register_model
+
+    @register_config
+    @dataclass(frozen=True)
+    class PlainConfig(ModelFamily):
+        family: ClassVar[str] = "plain_module_toy"
+        as_model: bool = False
+
+        def build(self) -> nn.Module:
+            return type("Hooked", (Model,), {})() if self.as_model else nn.Linear(2, 2)
+
+    def plain_module_toy() -> PlainConfig:
+        return PlainConfig()
+
+    register_model(plain_module_toy)
+    try:
+        with pytest.raises(TypeError, match=r"plain_module_toy family builds a Linear, which is not a vitlab.models"):
+            create_model("plain_module_toy")
+        model = create_model("plain_module_toy", as_model=True)  # the defaults: a family with nothing to say
+        assert model.task_names == () and model.task_index("x") is None and model.no_weight_decay() == set()
+        assert model.num_layer_groups == 0 and model.adapt_checkpoint({"w": 1}) == {"w": 1}
+        with pytest.raises(NotImplementedError, match="declares no runtime graph"):
+            model.export_spec()
+    finally:
+        PRESETS.unregister("plain_module_toy")
+        FAMILIES.unregister("plain_module_toy")

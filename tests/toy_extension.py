@@ -21,7 +21,7 @@ from torch import nn
 
 from vitlab.engine.loop import TaskData
 from vitlab.engine.options import check, option
-from vitlab.models.family import ExportSpec, ModelFamily
+from vitlab.models.family import ExportSpec, Model, ModelFamily
 from vitlab.models.registry import create_model, register_config, register_model
 from vitlab.models.set_prediction import DetectionOutput, SetPrediction, detector_export_spec
 from vitlab.tasks.base import Task, register_task
@@ -50,7 +50,7 @@ class ToyNetConfig(ModelFamily):
         return ToyNet(self)
 
 
-class ToyNet(nn.Module):
+class ToyNet(Model):
     """images (B, C, H, W) -> logits (B, K)."""
 
     def __init__(self, config: ToyNetConfig) -> None:
@@ -103,7 +103,7 @@ class ToyDetectorConfig(SetPrediction, ModelFamily):
         return ToyDetector(self)
 
 
-class ToyDetector(nn.Module):
+class ToyDetector(Model):
     """images (B, 3, H, W), padding_mask (B, H, W) -> DetectionOutput: logits (B, N, K + 1), boxes (B, N, 4)."""
 
     def __init__(self, config: ToyDetectorConfig) -> None:

@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from .atomic import replacing
+from .models.family import Model
 from .models.registry import config_from_dict, config_to_dict
 from .reading import DamagedFileError, reading
 
@@ -97,13 +98,11 @@ def load_model(path: str | os.PathLike) -> nn.Module:
 
 
 def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The checkpoint adapted by the model's own `adapt_checkpoint(state)` hook (for ViT and DeiT: position
-    embedding resampled to the model's grid, a head of another class count replaced, with a warning); a model
-    without the hook gets the state as it is."""
+    """The checkpoint adapted by the model's own `adapt_checkpoint(state)` (models/family.py's Model; for ViT and
+    DeiT: position embedding resampled to the model's grid, a head of another class count replaced, with a
+    warning); a module that is no vitlab Model gets the state as it is."""
     state = dict(state)
-    if hasattr(model, "adapt_checkpoint"):
-        state = model.adapt_checkpoint(state)
-    return state
+    return model.adapt_checkpoint(state) if isinstance(model, Model) else state
 
 
 def load_state(model: nn.Module, state: dict[str, torch.Tensor], *, strict: bool = True) -> nn.Module:

@@ -7,6 +7,7 @@ from torch import nn
 import vitlab
 from vitlab.engine.optim import param_groups, warmup_cosine
 from vitlab.models import Seq2SeqConfig
+from vitlab.models.family import Model
 
 
 def test_weight_decay_only_on_weights():
@@ -93,8 +94,8 @@ def test_layer_decay_needs_layer_groups_and_a_value_in_range():
         param_groups(vitlab.create_model("resnet18_28"), 0.05, layer_decay=0.5)
 
 
-class WithHooks(NoHooks):
-    """The optimizer follows whatever groups a model names."""
+class WithHooks(NoHooks, Model):
+    """The optimizer follows whatever groups a model (a vitlab Model) names."""
 
     num_layer_groups = 3
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix != FORMATS[args.format]:
         raise ValueError(f"--out {out}: a {args.format} file ends in {FORMATS[args.format]}")
     tasks: list[str | None] = [None]
-    if hasattr(model, "task_names"):  # one graph per task
+    if model.task_names:  # one graph per task
         tasks = [args.task] if args.task else list(model.task_names)
     elif args.task:
         raise ValueError(f"--task picks the task of a multi-task model (a restoration run's degradation); this run is "

@@ -25,6 +25,8 @@ from torch import nn
 # torch keeps the hooks registered for every module here; no public call says whether there are any
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
+from ..models.family import Model
+
 
 class LeanTraining(nn.Module):
     """`model` (its child `model`) whose forward is its forward_lean where that is exact and unseen."""
@@ -48,8 +50,6 @@ class LeanTraining(nn.Module):
 
 
 def training_view(model: nn.Module) -> nn.Module:
-    """The module the training step calls: a LeanTraining of model where the model offers a lean forward (a
-    `forward_lean` method and a true `reads_prefix_only`), else model itself."""
-    if callable(getattr(model, "forward_lean", None)) and getattr(model, "reads_prefix_only", False):
-        return LeanTraining(model)
-    return model
+    """The module the training step calls: a LeanTraining of model where the model offers a lean forward (a vitlab
+    Model whose `reads_prefix_only` is true), else model itself."""
+    return LeanTraining(model) if isinstance(model, Model) and model.reads_prefix_only else model

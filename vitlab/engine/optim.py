@@ -8,6 +8,8 @@ import math
 import torch
 from torch import nn
 
+from ..models.family import Model
+
 
 def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None,
                  lr_scales: dict[str, float] | None = None) -> list[dict]:
@@ -26,7 +28,7 @@ def param_groups(model: nn.Module, weight_decay: float, layer_decay: float | Non
     """
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-    no_decay = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    no_decay = set(model.no_weight_decay()) if isinstance(model, Model) else set()  # a plain module: every matrix
     top = _top_layer_id(model, layer_decay)
     lr_scales = lr_scales or {}
     groups: dict[tuple[int, float, bool], dict] = {}
@@ -53,9 +55,9 @@ def _top_layer_id(model: nn.Module, layer_decay: float | None) -> int:
         return 0
     if not 0 < layer_decay <= 1:
         raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
-    if not (hasattr(model, "layer_id") and hasattr(model, "num_layer_groups")):
+    if not isinstance(model, Model) or model.num_layer_groups == 0:
         raise ValueError(
-            f"layer_decay={layer_decay} needs a model with layer groups (a layer_id(name) method and num_layer_groups, "
+            f"layer_decay={layer_decay} needs a model with layer groups (Model.num_layer_groups and layer_id(name), "
             f"as ViT and DeiT have); {type(model).__name__} has none: leave layer_decay at None"
         )
     return model.num_layer_groups - 1

@@ -39,7 +39,7 @@ from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock,
 from ..layers.pos_embed import sine_box_embed, sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .denoising import DenoisingEmbedding, DenoisingQueries
-from .family import ExportSpec, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import register_config, register_model
 from .set_prediction import (
     BoxHead,
@@ -204,7 +204,7 @@ class DeformableTransformer(nn.Module):
         return outputs, references, encoder_output
 
 
-class DeformableDETR(nn.Module):
+class DeformableDETR(Model):
     """images (B, C, H, W), padding_mask (B, H, W) True at padded pixels (None: no padding) -> DetectionOutput
     with logits (B, N, K) (sigmoid scores), pred_boxes (B, N, 4), aux_outputs, and enc_outputs when two-stage."""
 

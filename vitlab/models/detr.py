@@ -31,7 +31,7 @@ from ..layers.blocks import DecoderBlock, EncoderBlock, PostNormEncoderBlock, Pr
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .denoising import DenoisingEmbedding, DenoisingQueries
-from .family import ExportSpec, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import register_config, register_model
 from .set_prediction import (
     BoxHead,
@@ -92,7 +92,7 @@ class DetrTransformer(nn.Module):
         return outputs
 
 
-class DETR(nn.Module):
+class DETR(Model):
     """images (B, C, H, W), padding_mask (B, H, W) True at padded pixels (None: no padding) -> DetectionOutput."""
 
     def __init__(self, backbone: ResNetBackbone, transformer: DetrTransformer, num_classes: int, num_queries: int,

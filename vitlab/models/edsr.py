@@ -30,7 +30,7 @@ from torch import nn
 
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.tiling import BLEND
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, Model, ModelFamily
 from .ipt import (
     PAPER_DEGRADATIONS,
     add_baseline,
@@ -43,7 +43,7 @@ from .ipt import (
 from .registry import register_config, register_model
 
 
-class EDSR(nn.Module):
+class EDSR(Model):
     def __init__(self, degradations: tuple[str, ...] = PAPER_DEGRADATIONS, channels: int = 64, num_blocks: int = 16,
                  res_scale: float = 1.0, rgb_range: float = 255.0, in_chans: int = 3,
                  global_residual: bool = False) -> None:

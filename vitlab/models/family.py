@@ -17,8 +17,10 @@ A family is one file in `models/`: its config dataclass (decorated with `@regist
     pack_outputs()  a graph's outputs back into what the model returns (a tensor, or its output dataclass)
     releases        its released checkpoints by tag (filled by the families that have them)
 
-and the model class declares `export_spec(example, task) -> ExportSpec`: the graph a runtime runs. Nothing above
-`models/` needs to know a family by name: it asks the config.
+and the model class subclasses `Model`, which says what the layers above ask of a model (its graph, its tasks,
+the parameters kept out of weight decay, its layer groups, how it adapts a checkpoint), with the defaults of a
+family that has nothing to say. Nothing above `models/` needs to know a family by name: it asks the config and the
+model, and never probes them for a hook.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 
 @dataclass(frozen=True)
@@ -122,3 +125,48 @@ def _shown(value: Any) -> str:
     if isinstance(value, tuple | list):
         return "×".join(map(str, value))
     return str(value)
+
+
+class Model(nn.Module):
+    """What the layers above ask of every family's model; a family overrides what it has to say.
+
+        export_spec(example, task)   the graph the runtimes run (ExportSpec); default: none (the config's
+                                     `not_exportable` says why, for a family that cannot be one graph)
+        task_names                   a multi-task model's tasks, in the order of its heads (IPT's degradations);
+                                     () for a model of one task
+        task_index(task)             the head of a task, by name or index; None for a model of one task
+        no_weight_decay()            names of parameters kept out of weight decay (position embeddings, tokens)
+        num_layer_groups, layer_id   layer-wise learning-rate decay: how many groups, and a parameter's group
+                                     (0 groups: the model has none, and layer decay is refused)
+        adapt_checkpoint(state)      a checkpoint made ready for this model before it is loaded (a head for other
+                                     classes, positions for another grid); default: the state as it is
+        reads_prefix_only,           whether the head reads only the prefix tokens of the last block, and the
+        forward_lean(images)         forward that computes only those rows (engine/lean.py trains through it)
+        lean_exact                   whether forward_lean is the forward exactly in the current mode
+
+    `create_model` refuses a family whose model is not a Model: a missing hook would otherwise be a silent default.
+    """
+
+    task_names: tuple[str, ...] = ()
+    num_layer_groups: int = 0
+    reads_prefix_only: bool = False
+    lean_exact: bool = False
+
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: int | str | None = None
+                    ) -> ExportSpec:
+        raise NotImplementedError(f"{type(self).__name__} declares no runtime graph (Model.export_spec)")
+
+    def task_index(self, task: int | str) -> int | None:
+        return None
+
+    def no_weight_decay(self) -> set[str]:
+        return set()
+
+    def layer_id(self, name: str) -> int:
+        raise ValueError(f"{type(self).__name__} has no layer groups for layer decay (Model.num_layer_groups is 0)")
+
+    def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return state
+
+    def forward_lean(self, images: torch.Tensor) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} has no lean forward (Model.reads_prefix_only is False)")

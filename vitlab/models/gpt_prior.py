@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..layers.blocks import EncoderBlock, KVCache
-from .family import ModelFamily
+from .family import Model, ModelFamily
 from .registry import register_config, register_model
 
 
@@ -50,7 +50,7 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
     return logits
 
 
-class GPTPrior(nn.Module):
+class GPTPrior(Model):
     def __init__(self, config: GPTPriorConfig) -> None:
         super().__init__()
         c = config

@@ -44,7 +44,7 @@ from ..layers.blocks import EncoderBlock, PreNormDecoderBlock
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.resample import bicubic_upsample
 from ..layers.tiling import BLEND, tiled_apply
-from .family import ExportSpec, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import register_config, register_model
 
 # every degradation IPT knows, with the scale of its output; the pretrained model's task order is the official one
@@ -185,7 +185,7 @@ class IPTBody(nn.Module):
         return (out, decoded) if return_tokens else out
 
 
-class IPT(nn.Module):
+class IPT(Model):
     """Per-task heads and tails around one shared body. forward(x, task): x (B, 3, S, S) in [0, 1] ->
     (B, 3, S·s, S·s); `task` is a degradation name or its index in `degradations`."""
 

@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from ..registry import Registry
+from .family import Model
 
 # the modules of this package register their families and presets on import: the first lookup imports them all
 # (a family defined elsewhere registers when its own module is imported)
@@ -117,6 +118,9 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
                         "vitlab.create_model(name, weights=path) or vitlab.load_weights(model, path)")
     config = get_config(name, **overrides)
     model = config.build()
+    if not isinstance(model, Model):
+        raise TypeError(f"the {config.family} family builds a {type(model).__name__}, which is not a "
+                        f"vitlab.models.family.Model: subclass Model, whose defaults say what a family has not")
     model.model_name = name
     return model
 

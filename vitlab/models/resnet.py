@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .family import ExportSpec, ModelFamily
+from .family import ExportSpec, Model, ModelFamily
 from .registry import register_config, register_model
 
 
@@ -50,7 +50,7 @@ class ResNetConfig(ModelFamily):
         return ResNet(self)
 
 
-class ResNet(nn.Module):
+class ResNet(Model):
     """images (B, C, H, W) -> logits (B, num_classes)."""
 
     def __init__(self, config: ResNetConfig) -> None:

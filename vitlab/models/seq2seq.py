@@ -23,7 +23,7 @@ from torch import nn
 
 from ..layers.blocks import DecoderBlock, EncoderBlock, KVCache, PostNormEncoderBlock, PreNormDecoderBlock
 from ..layers.pos_embed import sincos_1d
-from .family import ModelFamily
+from .family import Model, ModelFamily
 from .registry import register_config
 
 # The config family is registered (so saved weights rebuild their model through `config_from_dict`), but no
@@ -84,7 +84,7 @@ def causal_mask(T: int, device: torch.device | None = None, start: int = 0) -> t
     return torch.ones(T, start + T, dtype=torch.bool, device=device).tril(diagonal=start)
 
 
-class Seq2SeqTransformer(nn.Module):
+class Seq2SeqTransformer(Model):
     """src (B, S), tgt (B, T) token ids -> logits (B, T, V) for the token after each target position."""
 
     def __init__(self, config: Seq2SeqConfig) -> None:

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adapt import fresh_classifiers
-from .family import ExportSpec, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import get_config, register_config, register_model
 
 
@@ -160,7 +160,7 @@ class MLAAuxHead(nn.Module):
         return resize(self.aux(x), size)
 
 
-class SETR(nn.Module):
+class SETR(Model):
     """images (B, C, H, W) -> SegmentationOutput: logits (B, K, H, W), and in training the auxiliary logits.
 
     backbone: a vitlab VisionTransformer (no head; its final norm unused, as the official code has none).

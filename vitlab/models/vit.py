@@ -25,7 +25,7 @@ from ..layers.blocks import EncoderBlock
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
 from .adapt import adapt_input_channels, fresh_classifiers
-from .family import ExportSpec, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import register_config, register_model
 
 # Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (saved without config_version) said so
@@ -134,7 +134,7 @@ class ViTConfig(ModelFamily):
         return VisionTransformer(self)
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(Model):
     """images (B, C, H, W) -> logits (B, num_classes), or pooled features (B, D) when num_classes=0."""
 
     def __init__(self, config: ViTConfig) -> None:

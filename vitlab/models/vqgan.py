@@ -32,7 +32,7 @@ from torch import nn
 from ..layers.blocks import SpatialSelfAttention
 from ..layers.conv import Downsample, NormResBlock, Upsample, same_conv
 from ..layers.quantize import VectorQuantizer
-from .family import ExportSpec, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import register_config, register_model
 
 
@@ -177,7 +177,7 @@ class PatchDiscriminator(nn.Module):
         return self.main(x)
 
 
-class VQGAN(nn.Module):
+class VQGAN(Model):
     def __init__(self, config: VQGANConfig) -> None:
         super().__init__()
         c = config

@@ -99,7 +99,7 @@ class Runtime:
                 raise ValueError(f"this file holds the graph of task {self.file_task}, not {task!r}; export the "
                                  f"run once per task (`vitlab export RUN --task NAME`)")
             return self._engines[None]
-        index = self.model.task_index(0 if task is None else task) if hasattr(self.model, "task_index") else None
+        index = self.model.task_index(0 if task is None else task)  # None: a model of one task
         free = self._free.get(index) or graph_for(self.model, task=index).dynamic
         key = (index, _fixed(inputs, free))
         if key in self._engines:

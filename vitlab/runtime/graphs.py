@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models.family import Model
 from .fast import inference_model
 
 
@@ -96,7 +97,7 @@ def check_exportable(model: nn.Module) -> None:
     why = getattr(config, "not_exportable", None)
     if why:
         raise ExportError(f"{config.family} cannot be exported to one graph: {why}")
-    if not hasattr(model, "export_spec"):
+    if type(model).export_spec is Model.export_spec:
         raise ExportError(f"no runtime graph is defined for the {config.family} family (its model has no "
                           f"export_spec)")
 

@@ -65,7 +65,7 @@ class ServedRun:
         info: dict[str, Any] = {"name": self.name, "task": self.kind, "model": self.model_name,
                                 "weights": self.weights, "classes": self.classes, "needs_image": self.needs_image,
                                 "options": self.options, "examples": [p.name for p in self.examples]}
-        if hasattr(self.model, "task_names"):
+        if self.model.task_names:
             info["degradations"] = list(self.model.task_names)
         return info
 
