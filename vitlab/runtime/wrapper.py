@@ -81,31 +81,37 @@ class RuntimeModule(ModelWrapper):
         super().__init__(model)
         self.runtime = runtime
         self.graph_method = runtime.method
+        # the method's own signature, read once: its first parameters (after self) are the graph's inputs
+        self._signature = inspect.signature(getattr(type(model), runtime.method))
+        self._graph_inputs = list(self._signature.parameters)[1:1 + len(runtime.input_names)]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.graph_method == "forward":
-            return self.on_runtime("forward", args, kwargs)
+            return self.on_runtime(args, kwargs)
         return type(self.wrapped).forward(self, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         if name != "forward" and name == self.__dict__.get("graph_method"):
-            return lambda *args, **kwargs: self.on_runtime(name, args, kwargs)
+            return lambda *args, **kwargs: self.on_runtime(args, kwargs)
         return super().__getattr__(name)
 
-    def on_runtime(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The model's `method` called with (args, kwargs): on the runtime where the graph computes it."""
-        signature = inspect.signature(getattr(type(self.wrapped), method))
-        arguments = signature.bind(self.wrapped, *args, **kwargs).arguments
-        parameters = list(signature.parameters.values())[1:]  # after self
-        graph_inputs = [p.name for p in parameters[:len(self.runtime.input_names)]]
-        inputs = [arguments[name] for name in graph_inputs if name in arguments]
-        task = arguments.get("task")
-        asked = [p.name for p in parameters if p.name in arguments and p.name not in graph_inputs
-                 and p.name != "task" and arguments[p.name] is not None and arguments[p.name] is not False
-                 and arguments[p.name] is not p.default]
-        if asked:  # what only the torch model computes
-            return getattr(self.wrapped, method)(*args, **kwargs)
-        return self.runtime(*inputs, task=task)
+    def on_runtime(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The graph's method called with (args, kwargs): on the runtime, where the graph computes what is asked."""
+        arguments = self._signature.bind(self.wrapped, *args, **kwargs).arguments
+        inputs = [arguments[name] for name in self._graph_inputs if name in arguments]
+        others = [p for name, p in self._signature.parameters.items()
+                  if name in arguments and name not in self._graph_inputs and name not in ("self", "task")]
+        if any(_asks_for_more(arguments[p.name], p.default) for p in others):  # what only the torch model computes
+            return getattr(self.wrapped, self.graph_method)(*args, **kwargs)
+        return self.runtime(*inputs, task=arguments.get("task"))
+
+
+def _asks_for_more(value: Any, default: Any) -> bool:
+    """Whether an argument beyond the graph's inputs asks for something: given, and not None, False or its
+    default (compared by value for plain Python values, by identity for anything else, such as a tensor)."""
+    if value is None or value is False or value is default:
+        return False
+    return not (isinstance(value, int | float | str) and isinstance(default, int | float | str) and value == default)
 
 
 def runtime_module(model: nn.Module, runtime: Runtime) -> RuntimeModule:
