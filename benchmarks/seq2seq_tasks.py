@@ -3,7 +3,7 @@
     python benchmarks/seq2seq_tasks.py                       # reverse, copy, sort, add with the default options
     python benchmarks/seq2seq_tasks.py --tasks add --steps 4000
 
-Each task is a full `vitlab train-seq2seq` run (the same engine as the command line, default options unless
+Each task is a full `vitlab train --task seq2seq` run (the same engine as the command line, default options unless
 given) in a temporary folder; the held-out ("unseen") exact-sequence accuracy is recorded at every evaluation.
 Writes benchmarks/results/seq2seq_tasks.json, .md and .png and prints the table; the Transformer's page of the
 site (docs/systems/transformer.md) quotes the .md (`python benchmarks/report.py` refreshes the quote). Run one

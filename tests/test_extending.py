@@ -1,6 +1,7 @@
 """Extending vitlab without editing it: a family of one's own (a convnet classifier), a detector family of one's
 own and a task of one's own (tests/toy_extension.py), registered with the public API; `vitlab models`, `train`,
-`eval`, `predict`, `export` (ONNX), `convert` and `serve` then work with them. Each result is checked against the
+`eval`, `predict`, `export` (ONNX), `convert` and `serve` then work with them, and the task's own command
+(`vitlab brighten`) is one of vitlab's. Each result is checked against the
 toy's own model, computed here: the same logits from the exported graph and the converted file, the same
 predictions from the server as from `vitlab predict`."""
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slow
 def toy():
     """The extension registered for this module's tests, and forgotten after them (the registries are the
     library's; other tests in the process must not see the toy)."""
+    from vitlab.commands import COMMANDS
     from vitlab.models import registry
     from vitlab.tasks.base import TASKS
 
@@ -34,6 +36,7 @@ def toy():
     for family in ("toynet", "toydet"):
         registry.FAMILIES.unregister(family)
     TASKS.unregister("brightness")
+    COMMANDS.unregister("brighten")
     sys.modules.pop("tests.toy_extension", None)
 
 
@@ -99,7 +102,8 @@ def test_a_toy_detector_trains_and_detects(toy, trained, tmp_path, capsys):
     assert [d["label"] for d in on_runtime] == [d["label"] for d in detections]
 
 
-def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, tmp_path, capsys):
+def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, trained, tmp_path, capsys):
+    trained_cls = trained["cls"]
     from fastapi.testclient import TestClient
 
     from vitlab.serve.app import create_app
@@ -122,6 +126,17 @@ def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, tmp_path, capsy
     with torch.no_grad():
         expected = float(model(torch.full((1, 1, 28, 28), 128 / 255))[0, 0])
     assert doubled == pytest.approx(2 * expected, rel=1e-5)
+
+    # the task's own command, registered from outside vitlab: listed by `vitlab --help`, refused for another task's run
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "brighten" in capsys.readouterr().out
+    assert main(["brighten", str(run), str(path), "--target", "0.25", "--out", str(tmp_path / "out")]) == 0
+    assert "scaled by" in capsys.readouterr().out
+    brightened = np.asarray(Image.open(tmp_path / "out" / "grey.png"), dtype=np.float32)
+    assert np.abs(brightened - round(128 * 0.25 / expected)).max() <= 1  # the model's reading of the grey image
+    assert main(["brighten", str(trained_cls), str(path), "--out", str(tmp_path / "no")]) == 2
+    assert "`vitlab brighten` takes a brightness run" in capsys.readouterr().err
 
     app = create_app(load_runs([run]), page=False)  # best, as predict above
     with TestClient(app) as client:

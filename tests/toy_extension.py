@@ -1,10 +1,12 @@
 """A model family, a detector family and a task of one's own, written outside vitlab with its public registration
 API only (`register_config`, `register_model`, `ModelFamily`, `ExportSpec`, `SetPrediction`, `register_task`,
-`Task`, `option`). tests/test_extending.py registers them and runs every command on them.
+`Task`, `option`, `command`). tests/test_extending.py registers them and runs every command on them.
 
     ToyNet        a convnet classifier: two convolutions, global average pooling, a linear head
     ToyDetector   a set-prediction detector: a convolution, pooled features plus learned queries -> classes, boxes
-    brightness    a task: regress an image's mean brightness, trained on random images
+    brightness    a task: regress an image's mean brightness, trained on random images; its own command,
+                  `vitlab brighten RUN IMAGE... --target T --out DIR`, scales images to the brightness T as the
+                  run's model reads it
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from vitlab.commands import command
+from vitlab.engine.flags import SELECTED_WEIGHTS, add_weights_flag
 from vitlab.engine.loop import TaskData
 from vitlab.engine.options import check, option
 from vitlab.models.family import ExportSpec, Model, ModelFamily
@@ -183,6 +187,7 @@ class BrightnessTask(Task):
     inference_module: ClassVar[str] = __name__
     EvalOptions: ClassVar[type] = BrightnessEvalOptions
     PredictOptions: ClassVar[type] = BrightnessPredictOptions
+    commands: ClassVar[tuple[str, ...]] = ("brighten",)
 
     @classmethod
     def loop_defaults(cls, config: BrightnessConfig) -> dict[str, Any]:
@@ -242,3 +247,32 @@ def answer(task, model, saved, image: Path, folder: Path, context: dict[str, Any
 
 def examples(saved: dict[str, Any], count: int) -> list[Path]:
     return []
+
+
+# ---- the task's own command ------------------------------------------------------------------------------------
+@command("brighten")
+def add_brighten_parser(subparsers) -> None:
+    p = subparsers.add_parser("brighten", help="scale images to a brightness, as a brightness run reads it")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task brightness`")
+    p.add_argument("images", metavar="IMAGE", nargs="+", help="greyscale image files")
+    p.add_argument("--target", type=float, default=0.5, help="the brightness to reach, in [0, 1] (default: 0.5)")
+    p.add_argument("--out", metavar="DIR", required=True, help="write the scaled images here, under their names")
+    add_weights_flag(p, None, SELECTED_WEIGHTS)
+    p.set_defaults(run=run_brighten)
+
+
+def run_brighten(args) -> int:
+    from vitlab.engine.run import RunDir
+    from vitlab.tasks.launch import load_run_model, load_task_for
+
+    load_task_for(args.run_dir, "brighten")  # a run of another task is refused
+    model = load_run_model(args.run_dir, RunDir(args.run_dir).selected_weights(args.weights))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in args.images:
+        measured = brightness_of(model, Path(name))
+        factor = args.target / max(measured, 1e-3)
+        pixels = np.asarray(Image.open(name).convert("L"), dtype=np.float32) * factor
+        Image.fromarray(pixels.clip(0, 255).round().astype(np.uint8)).save(out / Path(name).name)
+        print(f"{name}: brightness {measured:.3f}, scaled by {factor:.3f} -> {out / Path(name).name}")
+    return 0

@@ -1,12 +1,13 @@
 """One way to register: `Registry`, a name -> object mapping for one kind of thing vitlab finds by name (model
-presets and families, tasks, checkpoint converters).
+presets and families, tasks, checkpoint converters, commands, page layouts).
 
     PRESETS = Registry("model")                          # filled by @register_model in each family's file
     TASKS = Registry("task", discover="vitlab.tasks", order=lambda task: task.order)
 
 A name registered twice is an error naming both (unless `replace=True`: a module imported again registers again);
 an unknown name is an error that lists the close matches. With `discover`, the first lookup imports the modules of
-that package (`packages=True`: its sub-packages) so that they register themselves: a new family, task or converter
+that package (`packages=True`: its sub-packages; a tuple of packages and `walk=True`: every module below them
+whose name `matches`) so that they register themselves: a new family, task or converter
 is a new file, and no list elsewhere names it. `order` sorts what iteration yields (ties keep registration order);
 without it, registration order.
 """
@@ -31,12 +32,13 @@ class UnknownName(KeyError, ValueError):
 
 
 class Registry(Mapping[str, T], Generic[T]):
-    def __init__(self, kind: str, *, discover: str | None = None, packages: bool = False,
-                 matches: Callable[[str], bool] | None = None, order: Callable[[T], Any] | None = None,
-                 replace: bool = False) -> None:
+    def __init__(self, kind: str, *, discover: str | tuple[str, ...] | None = None, packages: bool = False,
+                 walk: bool = False, matches: Callable[[str], bool] | None = None,
+                 order: Callable[[T], Any] | None = None, replace: bool = False) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
-        self._discover, self._packages, self._matches = discover, packages, matches
+        self._discover = (discover,) if isinstance(discover, str) else discover
+        self._packages, self._walk, self._matches = packages, walk, matches
         self._discovered = discover is None
         self._order, self._replace = order, replace
 
@@ -57,10 +59,16 @@ class Registry(Mapping[str, T], Generic[T]):
         if self._discovered:
             return
         self._discovered = True  # first: a module being imported may look itself up
-        package = importlib.import_module(self._discover)
-        for module in pkgutil.iter_modules(package.__path__):
-            if module.ispkg == self._packages and (self._matches is None or self._matches(module.name)):
-                importlib.import_module(f"{self._discover}.{module.name}")
+        for root in self._discover:
+            package = importlib.import_module(root)
+            if self._walk:  # walk_packages imports the packages it walks through
+                for module in pkgutil.walk_packages(package.__path__, f"{root}."):
+                    if not module.ispkg and (self._matches is None or self._matches(module.name.rpartition(".")[2])):
+                        importlib.import_module(module.name)
+                continue
+            for module in pkgutil.iter_modules(package.__path__):
+                if module.ispkg == self._packages and (self._matches is None or self._matches(module.name)):
+                    importlib.import_module(f"{root}.{module.name}")
 
     def unknown(self, name: str) -> UnknownName:
         close = difflib.get_close_matches(name, list(self), n=3, cutoff=0.6)

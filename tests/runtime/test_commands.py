@@ -97,8 +97,8 @@ def served(run_dir, backend: str) -> tuple:
     them: a graph another test made of the same weights is read, not made again)."""
     from argparse import Namespace
 
-    from vitlab.cli.runtime_flags import on_runtime
     from vitlab.serve.runs import load_runs
+    from vitlab.tasks.runtime_flags import on_runtime
 
     flags = Namespace(runtime=backend, precision="fp32", threads=None)  # `vitlab serve --runtime BACKEND`
 

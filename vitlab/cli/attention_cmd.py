@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import SELECTED_WEIGHTS, add_weights_flag
+from ..commands import command
+from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
 
 
+@command("attention", order=40)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "attention", help="attention rollout and per-head maps of images",
@@ -28,6 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.set_defaults(run=run_attention)
 
+
+@command("inspect", order=45)
+def add_inspect_parser(subparsers: argparse._SubParsersAction) -> None:
     q = subparsers.add_parser("inspect", help="position-embedding similarity and patch-filter components")
     q.add_argument("run_dir", metavar="RUN_DIR", help="run folder from `vitlab train` (or a vitlab .safetensors)")
     q.add_argument("--out", required=True, help="folder for the PNG files (default: none, required)")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..commands import command
+
 
 def checkable_tasks() -> list[str]:
     from ..tasks import TASKS
@@ -16,6 +18,7 @@ def checkable_tasks() -> list[str]:
     return [name for name, task in TASKS.items() if task.check_data.__func__ is not Task.check_data.__func__]
 
 
+@command("check-data", order=50)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tasks = checkable_tasks()
     p = subparsers.add_parser(

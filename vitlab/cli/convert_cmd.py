@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..commands import command
 
+
+@command("convert", order=60)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("convert", help="convert a checkpoint to vitlab safetensors (weights + config)")
     p.add_argument("src", help="a .safetensors/.pth/.bin/.ckpt state dict, a Hugging Face model folder, or a Google "

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..commands import command
 
+
+@command("download", order=100)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("download", help="fetch released weights into the cache ahead of time")
     p.add_argument("names", nargs="+", metavar="NAME",

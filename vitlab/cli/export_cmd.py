@@ -7,9 +7,11 @@ import argparse
 import re
 from pathlib import Path
 
-from .options import SELECTED_WEIGHTS, add_weights_flag
+from ..commands import command
+from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
 
 
+@command("export", order=70)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a trained run (or a vitlab .safetensors file) for a runtime")
     p.add_argument("source", metavar="RUN_DIR", help="run folder from `vitlab train`, a vitlab .safetensors file, or "

@@ -1,5 +1,6 @@
-"""`vitlab <command>`: the command-line front door. Each command lives in its own module with
-`add_parser(subparsers)` and `run(args)`; this file only wires them together."""
+"""`vitlab <command>`: the command-line front door. Each command lives in its own `*_cmd.py` module (here for the
+generic commands, in data/ and in the task packages for their own), registered in `vitlab.commands.COMMANDS` with
+its parser and its `run(args)`; this file only wires them together."""
 
 from __future__ import annotations
 
@@ -7,28 +8,7 @@ import argparse
 import os
 import sys
 
-from . import (
-    attention_cmd,
-    check_data_cmd,
-    convert_cmd,
-    demo,
-    download_cmd,
-    evaluate_cmd,
-    export_cmd,
-    generate_cmd,
-    models_cmd,
-    photos_cmd,
-    predict,
-    quantize_cmd,
-    restore_cmd,
-    scenes_cmd,
-    seq2seq_cmd,
-    serve_cmd,
-    train,
-)
-
-COMMANDS = [train, evaluate_cmd, predict, attention_cmd, check_data_cmd, convert_cmd, export_cmd, quantize_cmd,
-            models_cmd, download_cmd, demo, seq2seq_cmd, scenes_cmd, photos_cmd, restore_cmd, generate_cmd, serve_cmd]
+from ..commands import COMMANDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vitlab {__version__}")
     parser.add_argument("--offline", action="store_true", help=OFFLINE_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
+    for command in COMMANDS.values():
         command.add_parser(subparsers)
     for command_parser in subparsers.choices.values():  # `vitlab train ... --offline` reads as well as before
         command_parser.add_argument("--offline", action="store_true", default=argparse.SUPPRESS, help=OFFLINE_HELP)

@@ -9,7 +9,10 @@ from itertools import groupby
 
 import torch
 
+from ..commands import command
 
+
+@command("models", order=90)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "models", help="list registered models", formatter_class=argparse.ArgumentDefaultsHelpFormatter

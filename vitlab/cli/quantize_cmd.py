@@ -7,9 +7,11 @@ import argparse
 import json
 from pathlib import Path
 
-from .options import SELECTED_WEIGHTS, add_weights_flag
+from ..commands import command
+from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
 
 
+@command("quantize", order=80)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..runtime.quantize import DEFAULT_SAMPLES
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from .options import _shown, flag_of
+from ..engine.flags import flag_of, shown_default
 
 
 def _cell(text: str) -> str:
@@ -69,8 +69,8 @@ def _fields_table(cls: type) -> list[str]:
     rows = ["| option | default | what it does |", "| --- | --- | --- |"]
     for field in fields:
         default = field.metadata.get("default_text") or (
-            _shown(field.default) if field.default is not dataclasses.MISSING else
-            _shown(field.default_factory()) if field.default_factory is not dataclasses.MISSING else "")
+            shown_default(field.default) if field.default is not dataclasses.MISSING else
+            shown_default(field.default_factory()) if field.default_factory is not dataclasses.MISSING else "")
         choices = field.metadata.get("choices")
         what = field.metadata.get("help", "") + (f" (one of {', '.join(map(str, choices))})" if choices else "")
         rows.append(f"| `{flag_of(field)}` | {_cell(default)} | {_cell(what)} |")
@@ -92,7 +92,7 @@ def task_reference(name: str, heading: str = "##") -> str:
              f"{heading} Recipe", "", "The loop's defaults for this task, where an option is not given:", "",
              "| recipe | settings |", "| --- | --- |"]
     for recipe, settings in task.recipes().items():
-        lines.append(f"| {recipe} | " + _cell(", ".join(f"`--{k.replace('_', '-')} {_shown(v)}`"
+        lines.append(f"| {recipe} | " + _cell(", ".join(f"`--{k.replace('_', '-')} {shown_default(v)}`"
                                                          for k, v in settings.items())) + " |")
     lines += ["", f"The best checkpoint is the one with the {'highest' if direction == 'max' else 'lowest'} "
               f"`{metric}` on the validation data; the test data is scored once, on that checkpoint.", ""]

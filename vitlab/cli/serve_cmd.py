@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_weights_flag
-from .runtime_flags import add_runtime_flags, on_runtime
+from ..commands import command
+from ..engine.flags import add_weights_flag
+from ..tasks.runtime_flags import add_runtime_flags, on_runtime
 
 
+@command("serve", order=200)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="serve trained runs: a page in the browser and an HTTP API",
                               description="A page at / with a tab per run, the JSON API under /api (GET /api/runs, "

@@ -7,7 +7,7 @@
         def __post_init__(self):
             check(self.lr > 0, "lr", "must be positive", self.lr)
 
-The command line is generated from the fields (`vitlab/cli/options.py`); library code names the parameter
+The command line is generated from the fields (`engine/flags.py`); library code names the parameter
 (`lr`), and the command line shows its flag (`--lr`) by catching `OptionError`, which knows which field it is
 about.
 """

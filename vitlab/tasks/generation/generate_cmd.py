@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import SELECTED_WEIGHTS, add_weights_flag
+from ...commands import command
+from ...engine.flags import SELECTED_WEIGHTS, add_weights_flag
 
 
+@command("sample", order=160)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sample", help="draw images from a trained prior run (VQGAN stage 2)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task prior`")
@@ -28,6 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON (default: text)")
     p.set_defaults(run=run_sample)
 
+
+@command("reconstruct", order=170)
+def add_reconstruct_parser(subparsers: argparse._SubParsersAction) -> None:
     r = subparsers.add_parser("reconstruct", help="encode images to codes and decode them with a trained VQGAN run")
     r.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task vqgan` (or a prior "
                    "run: its VQGAN)")
@@ -41,8 +46,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _load(run_dir: str, which: str | None, command: str):
-    from ..engine.run import RunDir
-    from ..tasks.launch import load_run_model, load_task_for
+    from ...engine.run import RunDir
+    from ..launch import load_run_model, load_task_for
 
     task, saved = load_task_for(run_dir, command)
     which = RunDir(run_dir).selected_weights(which)
@@ -50,7 +55,7 @@ def _load(run_dir: str, which: str | None, command: str):
 
 
 def run_sample(args: argparse.Namespace) -> int:
-    from ..tasks.generation.inference import sample_grid
+    from .inference import sample_grid
 
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}")
@@ -63,7 +68,7 @@ def run_sample(args: argparse.Namespace) -> int:
 
 
 def run_reconstruct(args: argparse.Namespace) -> int:
-    from ..tasks.generation.inference import format_reconstruction, reconstruct_files
+    from .inference import format_reconstruction, reconstruct_files
 
     task, model, saved = _load(args.run_dir, args.weights, "reconstruct")
     results = reconstruct_files(task, model, saved, args.images, args.out)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..commands import command
+
 
 def _range(text: str) -> tuple[int, int]:
     low, _, high = text.partition("-")
@@ -14,7 +16,7 @@ def _range(text: str) -> tuple[int, int]:
 
 
 def _classes(text: str) -> tuple[int, ...]:
-    from ..data.fashion_mnist import FASHION_MNIST_CLASSES
+    from .fashion_mnist import FASHION_MNIST_CLASSES
 
     names = {name.lower(): i for i, name in enumerate(FASHION_MNIST_CLASSES)}
     try:
@@ -24,8 +26,9 @@ def _classes(text: str) -> tuple[int, ...]:
                                          f"{', '.join(FASHION_MNIST_CLASSES)} (or 0-9)") from None
 
 
+@command("make-scenes", order=130)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from ..data.scenes import SceneOptions
+    from .scenes import SceneOptions
 
     d = SceneOptions()
     p = subparsers.add_parser(
@@ -54,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data.scenes import SceneOptions, make_scenes
+    from .scenes import SceneOptions, make_scenes
 
     options = SceneOptions(train=args.train, val=args.val, test=args.test, size=args.size, objects=args.objects,
                            scale=args.scale, seed=args.seed, classes=args.classes)

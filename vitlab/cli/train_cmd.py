@@ -10,8 +10,9 @@ import dataclasses
 import os
 from typing import Any
 
+from ..commands import command
 from ..engine.config import LoopConfig
-from .options import add_config_options, given
+from ..engine.flags import add_config_options, given
 
 
 def _task_classes() -> dict[str, type]:
@@ -20,6 +21,7 @@ def _task_classes() -> dict[str, type]:
     return TASKS
 
 
+@command("train", order=10)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tasks = _task_classes()
     p = subparsers.add_parser(
@@ -39,14 +41,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def shared_options_text(config_cls: type, listed: set[str]) -> str | None:
     """For a task's options already listed under another task (--data, --model, …): what they mean here."""
-    from .options import _shown, flag_of
+    from ..engine.flags import flag_of, shown_default
 
     shared = [field for field in dataclasses.fields(config_cls) if field.name in listed
               and field.name not in LoopConfig.__dataclass_fields__ and field.metadata.get("cli", True)]
     if not shared:
         return None
     texts = [f"{flag_of(field)}: {field.metadata.get('help', '')} (default: "
-             f"{field.metadata.get('default_text') or _shown(field.default)})" for field in shared]
+             f"{field.metadata.get('default_text') or shown_default(field.default)})" for field in shared]
     return "also, with this meaning here: " + "; ".join(texts)
 
 

@@ -6,7 +6,10 @@ import argparse
 
 import torch
 
+from ..commands import command
 
+
+@command("demo", order=110)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo", help="run one image through a ViT and print every shape",

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import SELECTED_WEIGHTS, add_weights_flag
-from .runtime_flags import add_runtime_flags, on_runtime
+from ...commands import command
+from ...engine.flags import SELECTED_WEIGHTS, add_weights_flag
+from ..runtime_flags import add_runtime_flags, on_runtime
 
 
+@command("restore", order=150)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from ..data.degradations import DEGRADATIONS
-    from ..layers.tiling import BLENDS
+    from ...data.degradations import DEGRADATIONS
+    from ...layers.tiling import BLENDS
 
     p = subparsers.add_parser("restore", help="restore images with a trained restoration run (super-resolve, "
                               "denoise, derain)")
@@ -37,8 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from ..engine.run import RunDir
-    from ..tasks.launch import load_run_model, load_task_for
+    from ...engine.run import RunDir
+    from ..launch import load_run_model, load_task_for
 
     task, saved = load_task_for(args.run_dir, "restore")
     changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap),

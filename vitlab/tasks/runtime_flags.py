@@ -1,4 +1,5 @@
-"""`--runtime`, `--precision` and `--threads`: the inference runtime a command's model runs on (vitlab.runtime)."""
+"""`--runtime`, `--precision` and `--threads`: the inference runtime a command's model runs on (vitlab.runtime), for
+the generic commands (cli/) and a task's own."""
 
 from __future__ import annotations
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..commands import command
 
+
+@command("fetch-photos", order=140)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "fetch-photos", help="get the 49 photographs (39 train, 10 test) that restoration trains and tests on",
@@ -16,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data.photos import fetch_photos, manifest
+    from .photos import fetch_photos, manifest
 
     paths = fetch_photos(args.out)
     counts = {split: sum(1 for p in manifest() if p.split == split) for split in ("train", "test")}

@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import SELECTED_WEIGHTS, add_task_options, add_weights_flag, task_options
-from .runtime_flags import add_runtime_flags, on_runtime
+from ..commands import command
+from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
+from ..tasks.runtime_flags import add_runtime_flags, on_runtime
+from .options import add_task_options, task_options
 
 FIELDS: list[str] = []
 
 
+@command("predict", order=30)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict", help="predict with a trained run (classify, detect, segment, restore image "
                               "files; translate sequences)")
