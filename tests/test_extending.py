@@ -1,9 +1,10 @@
 """Extending vitlab without editing it: a family of one's own (a convnet classifier), a detector family of one's
 own and a task of one's own (tests/toy_extension.py), registered with the public API; `vitlab models`, `train`,
 `eval`, `predict`, `export` (ONNX), `convert` and `serve` then work with them, and the task's own command
-(`vitlab brighten`) is one of vitlab's. Each result is checked against the
-toy's own model, computed here: the same logits from the exported graph and the converted file, the same
-predictions from the server as from `vitlab predict`."""
+(`vitlab brighten`) and page layout are vitlab's; a second task of one's own, which takes no image
+(tests/toy_numbers.py: a number in, a number out), is served on the generic page with its options. Each result is
+checked against the toy's own model, computed here: the same logits from the exported graph and the converted file,
+the same predictions from the server as from `vitlab predict`."""
 
 import importlib
 import json
@@ -27,17 +28,22 @@ def toy():
     library's; other tests in the process must not see the toy)."""
     from vitlab.commands import COMMANDS
     from vitlab.models import registry
+    from vitlab.serve.page import PAGES
     from vitlab.tasks.base import TASKS
 
     module = importlib.import_module("tests.toy_extension")
+    importlib.import_module("tests.toy_numbers")
     yield module
-    for name in ("toynet_28", "toydet_small"):
+    for name in ("toynet_28", "toydet_small", "toyline"):
         registry.PRESETS.unregister(name)
-    for family in ("toynet", "toydet"):
+    for family in ("toynet", "toydet", "toyline"):
         registry.FAMILIES.unregister(family)
-    TASKS.unregister("brightness")
+    for task in ("brightness", "affine"):
+        TASKS.unregister(task)
     COMMANDS.unregister("brighten")
-    sys.modules.pop("tests.toy_extension", None)
+    PAGES.unregister("brightness")
+    for name in ("tests.toy_extension", "tests.toy_numbers"):
+        sys.modules.pop(name, None)
 
 
 def out_json(capsys):
@@ -145,3 +151,67 @@ def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, trained, tmp_pa
         answer = client.post(f"/api/runs/{run.name}/predict", files={"image": ("grey.png", path.read_bytes())})
         assert answer.status_code == 200, answer.text
         assert answer.json()["brightness"] == pytest.approx(expected, rel=1e-5)
+
+    # the task's own page layout: its button gives the number the API gives
+    from vitlab.serve.page import build_page
+    from vitlab.serve.pool import WorkerPool
+    from vitlab.serve.uploads import ImageLimits
+
+    pool = WorkerPool()
+    try:
+        page = build_page(load_runs([run]), pool, ImageLimits())
+        measure = clicked(page, f"{run.name}-run")
+        assert type(element(page, f"{run.name}-output")).__name__ == "Number"
+        assert measure.fn(Image.open(path)) == pytest.approx(expected, rel=1e-5)
+    finally:
+        pool.shutdown()
+
+
+def element(page, elem_id: str):
+    return next(block for block in page.blocks.values() if getattr(block, "elem_id", None) == elem_id)
+
+
+def clicked(page, elem_id: str):
+    """What the page runs when the button `elem_id` is clicked (its inputs, its function)."""
+    button = element(page, elem_id)
+    return next(fn for fn in page.fns.values() if (button._id, "click") in fn.targets)
+
+
+def test_a_toy_task_without_images_is_served_on_the_generic_page_with_its_options(toy, tmp_path, capsys):
+    from fastapi.testclient import TestClient
+
+    from vitlab.serve.app import create_app
+    from vitlab.serve.page import build_page
+    from vitlab.serve.pool import WorkerPool
+    from vitlab.serve.runs import load_runs
+    from vitlab.serve.uploads import ImageLimits
+
+    run = tmp_path / "line"
+    assert main(["train", "--task", "affine", "--out", str(run)]) == 0
+    line = load_model(run / f"{RunDir(run).kept_weights('best')}.safetensors").eval()
+    with torch.no_grad():
+        expected = -float(line(line(torch.tensor([[2.0]]))))  # x = 2, the line twice, negated
+        assert abs(float(line(torch.tensor([[2.0]]))) - 5.0) < 0.1  # it learned y = 3x - 1
+    app = create_app(load_runs([run]), page=False)
+    with TestClient(app) as client:
+        listed = client.get("/api/runs").json()["runs"][0]
+        assert listed["needs_image"] is False and set(listed["options"]) == {"x", "repeat", "negate"}
+        answer = client.post(f"/api/runs/{run.name}/predict", data={"x": "2", "repeat": "2", "negate": "true"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["y"] == pytest.approx(expected, rel=1e-5)
+        refused = client.post(f"/api/runs/{run.name}/predict", data={"x": "2", "repeat": "two"})
+        assert refused.status_code == 422 and "repeat must be a int" in refused.text
+
+    pool = WorkerPool()
+    try:
+        page = build_page(load_runs([run]), pool, ImageLimits())
+        respond = clicked(page, f"{run.name}-run")
+        # no image input: one widget per option, each of its option's kind and default
+        assert [block.elem_id for block in respond.inputs] == [f"{run.name}-x", f"{run.name}-repeat",
+                                                                f"{run.name}-negate"]
+        assert [type(block).__name__ for block in respond.inputs] == ["Number", "Number", "Checkbox"]
+        assert [block.value for block in respond.inputs] == [0.0, 1, False]
+        pictures, shown = respond.fn(2.0, 2.0, True)  # gr.Number gives floats
+        assert pictures == [] and shown["y"] == pytest.approx(expected, rel=1e-5)
+    finally:
+        pool.shutdown()

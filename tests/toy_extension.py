@@ -1,12 +1,12 @@
 """A model family, a detector family and a task of one's own, written outside vitlab with its public registration
 API only (`register_config`, `register_model`, `ModelFamily`, `ExportSpec`, `SetPrediction`, `register_task`,
-`Task`, `option`, `command`). tests/test_extending.py registers them and runs every command on them.
+`Task`, `option`, `command`, `register_page`). tests/test_extending.py registers them and runs every command on them.
 
     ToyNet        a convnet classifier: two convolutions, global average pooling, a linear head
     ToyDetector   a set-prediction detector: a convolution, pooled features plus learned queries -> classes, boxes
     brightness    a task: regress an image's mean brightness, trained on random images; its own command,
                   `vitlab brighten RUN IMAGE... --target T --out DIR`, scales images to the brightness T as the
-                  run's model reads it
+                  run's model reads it; and its own page layout (an image in, a number out)
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import gradio as gr
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -28,6 +29,7 @@ from vitlab.engine.options import check, option
 from vitlab.models.family import ExportSpec, Model, ModelFamily
 from vitlab.models.registry import create_model, register_config, register_model
 from vitlab.models.set_prediction import DetectionOutput, SetPrediction, detector_export_spec
+from vitlab.serve.page import register_page
 from vitlab.tasks.base import Task, register_task
 
 
@@ -188,6 +190,7 @@ class BrightnessTask(Task):
     EvalOptions: ClassVar[type] = BrightnessEvalOptions
     PredictOptions: ClassVar[type] = BrightnessPredictOptions
     commands: ClassVar[tuple[str, ...]] = ("brighten",)
+    page: ClassVar[str] = "brightness"
 
     @classmethod
     def loop_defaults(cls, config: BrightnessConfig) -> dict[str, Any]:
@@ -276,3 +279,13 @@ def run_brighten(args) -> int:
         Image.fromarray(pixels.clip(0, 255).round().astype(np.uint8)).save(out / Path(name).name)
         print(f"{name}: brightness {measured:.3f}, scaled by {factor:.3f} -> {out / Path(name).name}")
     return 0
+
+
+# ---- the task's own page layout --------------------------------------------------------------------------------
+@register_page("brightness")
+def brightness_page(run, answer) -> None:
+    """An image in, the brightness the run reads in it out."""
+    image = gr.Image(type="pil", image_mode=None, label="image", elem_id=f"{run.name}-image")
+    button = gr.Button("Measure", variant="primary", elem_id=f"{run.name}-run")
+    reading = gr.Number(label="brightness", elem_id=f"{run.name}-output")
+    button.click(lambda picture: answer(run, picture)["brightness"], [image], [reading])

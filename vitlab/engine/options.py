@@ -46,17 +46,18 @@ class FixedOptionsError(ValueError):
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None,
            flag: str | None = None, metavar: str | None = None, cli: bool = True, default_factory: Any = None,
-           default_text: str | None = None, repeat: bool = False, valued: bool = False) -> Any:
+           default_text: str | None = None, repeat: bool = False, valued: bool = False, upload: bool = False) -> Any:
     """A dataclass field with the metadata the command line is generated from.
 
     `choices` are also checked by `check_choices`; `flag` renames the flag (e.g. "--no-hflip" for a field
     whose default is True); `cli=False` keeps a field out of the command line (a dict of model overrides);
     `default_text` says what the default is where the value itself would mislead ("the recipe's"); `repeat`: the
     flag may be given several times, each adding one value to a list (`--degradation sr2 --degradation sr4`);
-    `valued`: a bool flag that takes a value (`--strict false`) rather than switching one way.
+    `valued`: a bool flag that takes a value (`--strict false`) rather than switching one way; `upload`: a server
+    option that is an uploaded image (a file field of the form, a picture input of the page), never a flag.
     """
-    metadata = {"help": help, "choices": choices, "flag": flag, "metavar": metavar, "cli": cli,
-                "default_text": default_text, "repeat": repeat, "valued": valued}
+    metadata = {"help": help, "choices": choices, "flag": flag, "metavar": metavar, "cli": cli and not upload,
+                "default_text": default_text, "repeat": repeat, "valued": valued, "upload": upload}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -1,7 +1,8 @@
 """The HTTP API (FastAPI) with the page (Gradio) mounted at `/`.
 
     GET  /api/runs                   the runs served: name, task, model, classes, options, examples
-    POST /api/runs/{name}/predict    multipart: `image` (an image file) and the task's options -> JSON
+    POST /api/runs/{name}/predict    multipart: `image` (an image file), the task's options and its other uploads
+                                     (a restoration run's `reference`) -> JSON
     GET  /docs                       the OpenAPI documentation of both
 
 Both the API and the page call `runs.predict` on the same bounded worker pool.
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -20,30 +19,10 @@ from fastapi import FastAPI, File, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from .. import __version__
+from ..tasks import TASKS
 from .pool import WorkerPool
-from .runs import ServedRun, predict
+from .runs import ServedRun, field_types, predict, uploads_of
 from .uploads import BadInput, ImageLimits, read_image
-
-UPLOADS = ("image", "reference")
-
-
-def form_fields() -> dict[str, type]:
-    """Every task's form fields (their ServeOptions) with the type each is read as; uploads are files, not fields."""
-    from ..tasks import TASKS
-
-    fields: dict[str, type] = {}
-    for task in TASKS.values():
-        hints = typing.get_type_hints(task.ServeOptions)
-        for field in dataclasses.fields(task.ServeOptions):
-            if field.name not in UPLOADS:
-                fields.setdefault(field.name, _value_type(hints[field.name]))
-    return fields
-
-
-def _value_type(hint: Any) -> type:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
-    return hint
 
 
 def parse_field(name: str, text: str, kind: type) -> Any:
@@ -77,7 +56,7 @@ def create_app(runs: list[ServedRun], pool: WorkerPool | None = None, limits: Im
     pool = pool or WorkerPool()
     limits = limits or ImageLimits()
     by_name = {run.name: run for run in runs}
-    fields = form_fields()
+    known_fields = {f.name for task in TASKS.values() for f in dataclasses.fields(task.ServeOptions)}
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -112,21 +91,27 @@ def create_app(runs: list[ServedRun], pool: WorkerPool | None = None, limits: Im
         request: Request,
         name: str,
         image: Annotated[UploadFile | None, File(description="the image (PNG, JPEG, WebP, ...)")] = None,
-        reference: Annotated[UploadFile | None, File(description="restoration: the clean image to score against")
-                             ] = None,
     ) -> dict[str, Any]:
         run = find(name)
         form = await request.form()
-        unknown = sorted(set(form.keys()) - set(fields) - set(UPLOADS))
+        fields, uploads = field_types(run.task), uploads_of(run.task)
+        unknown = sorted(set(form.keys()) - known_fields - {"image"})
         if unknown:
             raise BadInput(422, f"unknown form field(s) {', '.join(unknown)}: a {run.kind} run takes `image` and "
                                 f"{', '.join(run.options) or 'no options'}")
-        options = {key: parse_field(key, str(value), fields[key]) for key, value in form.items()
-                   if key not in UPLOADS}
+        options: dict[str, Any] = {}
+        for key, value in form.items():
+            if key in uploads:
+                if isinstance(value, str):
+                    raise BadInput(422, f"{key} must be an image file sent as a multipart upload, got text")
+                options[key] = await read_upload(value, key)
+            elif key in fields:
+                options[key] = parse_field(key, str(value), fields[key])
+            elif key != "image":
+                options[key] = value  # another task's option: `predict` refuses it, naming what this run takes
         picture = await read_upload(image, "image") if image is not None else None
-        clean = await read_upload(reference, "reference") if reference is not None else None
         filename = image.filename if image is not None else None
-        return finite(await pool.run(predict, run, picture, filename, reference=clean, **options))
+        return finite(await pool.run(predict, run, picture, filename, **options))
 
     async def read_upload(upload: UploadFile, field: str):
         data = await upload.read(limits.max_bytes + 1)

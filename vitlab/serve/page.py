@@ -1,17 +1,36 @@
 """The page: a Gradio tab per run, laid out by the run's task. Each tab's button calls `runs.predict` on the
-server's worker pool, exactly as the API does, and shows the JSON's pictures; a refusal shows its message."""
+server's worker pool, exactly as the API does, and shows the JSON's pictures; a refusal shows its message.
+
+A layout is a function `layout(run, answer)` that builds the tab's widgets, registered in PAGES under the name a
+task gives as its `page` (`@register_page("boxes")`); vitlab's are below, a task from elsewhere registers its own.
+A task that names none gets the generic page: an image input where it needs one, a widget per option of its
+ServeOptions (uploads as image inputs), the answer's pictures and its JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
 from PIL import Image
 
+from ..registry import Registry
 from .pool import WorkerPool
-from .runs import ServedRun, decode_picture, predict
+from .runs import ServedRun, decode_picture, field_types, predict, uploads_of
 from .uploads import BadInput, ImageLimits, within_limits
+
+# the page's layouts, by the name a task gives as its `page`
+PAGES: Registry[Callable[[ServedRun, Callable], None]] = Registry("page layout")
+
+
+def register_page(name: str) -> Callable:
+    """Decorator of a layout `layout(run, answer)`: the tab of every run whose task's `page` is `name`."""
+    def register(layout: Callable[[ServedRun, Callable], None]) -> Callable:
+        return PAGES.register(name, layout)
+
+    return register
 
 
 def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> gr.Blocks:
@@ -19,8 +38,9 @@ def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> 
         try:
             if image is not None:
                 image = within_limits(image, "image", limits)
-            if options.get("reference") is not None:
-                options["reference"] = within_limits(options["reference"], "reference", limits)
+            for name in uploads_of(run.task):
+                if options.get(name) is not None:
+                    options[name] = within_limits(options[name], name, limits)
             return pool.run_blocking(predict, run, image, "upload.png", **options)
         except BadInput as error:
             raise gr.Error(str(error)) from None
@@ -31,7 +51,7 @@ def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> 
         with gr.Tabs():
             for run in runs:
                 with gr.Tab(f"{run.name} · {run.kind}", id=run.name, elem_id=f"tab-{run.name}"):
-                    TABS.get(run.task.page, _answer_as_json)(run, answer)
+                    (PAGES[run.task.page] if run.task.page else generic_page)(run, answer)
     return page
 
 
@@ -63,6 +83,7 @@ def _enlarged(picture: Image.Image, min_side: int = 256, max_side: int = 1200) -
                                                      Image.Resampling.NEAREST)
 
 
+@register_page("classes")
 def _classification(run: ServedRun, answer) -> None:
     with gr.Row():
         with gr.Column():
@@ -88,6 +109,7 @@ def _classification(run: ServedRun, answer) -> None:
     button.click(classify, [image, top_k], [classes, rollout, heads])
 
 
+@register_page("boxes")
 def _detection(run: ServedRun, answer) -> None:
     with gr.Row():
         with gr.Column():
@@ -108,6 +130,7 @@ def _detection(run: ServedRun, answer) -> None:
     button.click(detect, [image, threshold], [drawn, table])
 
 
+@register_page("mask")
 def _segmentation(run: ServedRun, answer) -> None:
     with gr.Row():
         with gr.Column():
@@ -140,6 +163,7 @@ def legend_html(legend: list[dict[str, Any]], shares: dict[str, float]) -> str:
     return "<div>" + "".join(items) + "</div>"
 
 
+@register_page("restored")
 def _restoration(run: ServedRun, answer) -> None:
     degradations = list(run.model.degradations)
     with gr.Row():
@@ -169,6 +193,7 @@ def _restoration(run: ServedRun, answer) -> None:
     button.click(restore, [image, degradation, reference], [view, scores])
 
 
+@register_page("reconstruction")
 def _vqgan(run: ServedRun, answer) -> None:
     with gr.Row():
         with gr.Column():
@@ -188,6 +213,7 @@ def _vqgan(run: ServedRun, answer) -> None:
     button.click(reconstruct, [image], [rebuilt, psnr])
 
 
+@register_page("samples")
 def _prior(run: ServedRun, answer) -> None:
     with gr.Row():
         with gr.Column():
@@ -208,17 +234,61 @@ def _prior(run: ServedRun, answer) -> None:
     button.click(sample, [chosen, n, temperature, top_k, top_p, seed], [grid])
 
 
-def _answer_as_json(run: ServedRun, answer) -> None:
-    """A task without a layout of its own: its answer for an upload, as JSON."""
+def generic_page(run: ServedRun, answer) -> None:
+    """A task without a layout of its own: an image input where it needs one, a widget per option (an upload: an
+    image input), its answer's pictures (the `_png` keys) and the rest of its answer as JSON."""
+    fields = {f.name: f for f in dataclasses.fields(run.task.ServeOptions)}
+    types = field_types(run.task)
     with gr.Row():
         with gr.Column():
-            image = _image_input(run)
-            button = gr.Button("Predict", variant="primary", elem_id=f"{run.name}-run")
-        shown = gr.JSON(label="answer", elem_id=f"{run.name}-output")
-    _examples(run, image)
-    button.click(lambda picture: answer(run, picture), [image], [shown])
+            image = _image_input(run) if run.needs_image else None
+            widgets = {name: (_image_input(run, name, name) if name not in types else
+                              _option_widget(run, fields[name], types[name])) for name in fields}
+            button = gr.Button("Predict" if run.needs_image else "Answer", variant="primary",
+                               elem_id=f"{run.name}-run")
+        with gr.Column():
+            pictures = gr.Gallery(label="pictures", columns=3, height=300, object_fit="contain",
+                                  elem_id=f"{run.name}-pictures")
+            shown = gr.JSON(label="answer", elem_id=f"{run.name}-output")
+    if image is not None:
+        _examples(run, image)
+
+    def respond(*values):
+        picture, values = (values[0], values[1:]) if image is not None else (None, values)
+        options = {name: _option_value(value, types.get(name)) for name, value in zip(widgets, values)
+                   if value is not None and value != ""}
+        result = answer(run, picture, **options)
+        drawn = [_picture(text) for _, text in _pictures(result)]
+        return drawn, {key: value for key, value in result.items() if not key.endswith("_png")}
+
+    button.click(respond, ([image] if image is not None else []) + list(widgets.values()), [pictures, shown])
 
 
-# the page's layouts, by what a task says its answer shows (`Task.page`; another: its answer as JSON)
-TABS = {"classes": _classification, "boxes": _detection, "mask": _segmentation, "restored": _restoration,
-        "reconstruction": _vqgan, "samples": _prior}
+def _option_widget(run: ServedRun, field: dataclasses.Field, kind: type) -> gr.components.Component:
+    """The widget of one form field, by its type; #RUN-NAME in the page."""
+    label, default = f"{field.name}: {field.metadata.get('help', '')}", field.default
+    default = None if default is dataclasses.MISSING else default
+    elem_id = f"{run.name}-{field.name}"
+    if field.metadata.get("choices"):
+        return gr.Dropdown(list(field.metadata["choices"]), value=default, label=label, elem_id=elem_id)
+    if kind is bool:
+        return gr.Checkbox(value=bool(default), label=label, elem_id=elem_id)
+    if kind in (int, float):
+        return gr.Number(value=default, precision=0 if kind is int else None, label=label, elem_id=elem_id)
+    return gr.Textbox(value="" if default is None else str(default), label=label, elem_id=elem_id)
+
+
+def _option_value(value: Any, kind: type | None) -> Any:
+    """A widget's value as its option's type (gr.Number gives floats; an upload stays an image)."""
+    if kind is int and isinstance(value, float):
+        return int(value)
+    return value
+
+
+def _pictures(result: Any, key: str = "") -> list[tuple[str, str]]:
+    """The (key, base64 PNG) of every picture in an answer, nested ones too."""
+    if isinstance(result, dict):
+        return [found for k, v in result.items() for found in _pictures(v, k)]
+    if isinstance(result, list):
+        return [found for v in result for found in _pictures(v, key)]
+    return [(key, result)] if key.endswith("_png") and isinstance(result, str) else []

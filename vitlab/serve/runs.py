@@ -76,6 +76,28 @@ def options_of(task: Any) -> dict[str, str]:
     return {f.name: f"{f.metadata.get('help', '')} (default {_default_text(f)})" for f in fields}
 
 
+def uploads_of(task: Any) -> tuple[str, ...]:
+    """The task's options that are uploaded images (declared `option(..., upload=True)`), besides `image`."""
+    return tuple(f.name for f in dataclasses.fields(task.ServeOptions) if f.metadata.get("upload"))
+
+
+def field_types(task: Any) -> dict[str, type]:
+    """Each of the task's form fields (its ServeOptions but the uploads) and the type its text is read as."""
+    import types
+    import typing
+
+    hints = typing.get_type_hints(task.ServeOptions)
+    found = {}
+    for f in dataclasses.fields(task.ServeOptions):
+        if f.metadata.get("upload"):
+            continue
+        hint = hints[f.name]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # int | None -> int
+            hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        found[f.name] = hint
+    return found
+
+
 def _default_text(f: dataclasses.Field) -> str:
     if f.metadata.get("default_text"):
         return f.metadata["default_text"]
@@ -141,19 +163,20 @@ def safe_stem(filename: str | None) -> str:
     return stem[:64]
 
 
-def predict(run: ServedRun, image: Image.Image | None, filename: str | None = None,
-            reference: Image.Image | None = None, **options: Any) -> dict[str, Any]:
-    """The run's answer for one image (and its options) as JSON-ready data, under inference mode."""
+def predict(run: ServedRun, image: Image.Image | None, filename: str | None = None, **options: Any
+            ) -> dict[str, Any]:
+    """The run's answer for one image (and its options, uploaded images among them: `uploads_of`) as JSON-ready
+    data, under inference mode."""
     if run.needs_image and image is None:
         raise BadInput(422, f"the run {run.name} ({run.kind}) needs an image: send one in the multipart form "
                             f"field `image`")
-    unknown = sorted(set(options) - set(run.options) | ({"reference"} - set(run.options)
-                                                        if reference is not None else set()))
+    unknown = sorted(set(options) - set(run.options))
     if unknown:
         raise BadInput(422, f"{', '.join(unknown)} {'is not an option' if len(unknown) == 1 else 'are not options'}"
                             f" of a {run.kind} run; it takes {', '.join(run.options) or 'no options'}")
-    if reference is not None:
-        options["reference"] = png_safe(reference)
+    for name in uploads_of(run.task):
+        if options.get(name) is not None:
+            options[name] = png_safe(options[name])
     with tempfile.TemporaryDirectory(prefix="vitlab-serve-") as tmp, torch.inference_mode():
         folder = Path(tmp)
         stem = safe_stem(filename)

@@ -91,7 +91,7 @@ class Task:
     ServeOptions: ClassVar[type] = NoOptions
     python_loop: ClassVar[str | None] = None  # why inference runs on torch only (it decodes in a Python loop)
     needs_image: ClassVar[bool] = True  # the server's answer needs an uploaded image
-    page: ClassVar[str | None] = None  # the server page's layout for it (serve/page.py); None: its answer as JSON
+    page: ClassVar[str | None] = None  # the server page's layout (serve/page.py's PAGES); None: the generic page
     commands: ClassVar[tuple[str, ...]] = ()  # the task's own `vitlab` commands besides eval and predict
     default_model: ClassVar[str | None] = None  # built where --model is not given and --weights names no release
     # what int8 may cost: evaluate_run's figures (dotted keys, `*` for any) -> the largest drop allowed
@@ -255,7 +255,7 @@ class Task:
     @classmethod
     def options(cls, options_type: type, given: dict[str, Any]) -> dict[str, Any]:
         """`given` checked against `options_type` (unknown names and bad values are errors), as keyword arguments;
-        a field typed as an upload (`reference`) passes through as it is."""
+        an upload field (`reference`) passes through as it is."""
         from ..engine.options import OptionError
 
         names = [field.name for field in dataclasses.fields(options_type)]

@@ -112,8 +112,8 @@ class RestorationPredictOptions:
 
 @dataclass(frozen=True)
 class RestorationServeOptions:
-    """The server's form fields of a restoration run; `reference` is an upload, not a field."""
+    """The server's form fields of a restoration run; `reference` is an uploaded image."""
 
     degradation: str | None = option(None, "what to undo: one of the run's degradations", metavar="NAME",
                                      default_text="its first")
-    reference: object = option(None, "an upload: the clean image, to score PSNR and SSIM against", cli=False)
+    reference: object = option(None, "the clean image, to score PSNR and SSIM against", upload=True)
