@@ -117,7 +117,7 @@ def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None,
 
 def pack(family: str | None, outputs: list[torch.Tensor]) -> Any:
     """A graph's outputs, in order -> what the PyTorch model (its graph's method) returns in eval mode, as the
-    family packs them; a file from before families were recorded gives its first output (or all, as a tuple)."""
+    family packs them; a graph that names no family gives its first output (or all, as a tuple)."""
     if family is None:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
     from ..models.registry import config_type

@@ -248,11 +248,6 @@ class Task:
         return cls._inference().examples(saved, count) if cls.inference_module else []
 
     @classmethod
-    def upgrade_saved(cls, saved: dict[str, Any]) -> dict[str, Any] | None:
-        """A config.json written by an earlier vitlab, in today's layout, if it is one of this task's (else None)."""
-        return None
-
-    @classmethod
     def options(cls, options_type: type, given: dict[str, Any]) -> dict[str, Any]:
         """`given` checked against `options_type` (unknown names and bad values are errors), as keyword arguments;
         an upload field (`reference`) passes through as it is."""

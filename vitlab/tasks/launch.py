@@ -78,10 +78,7 @@ def resume(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
     if not run.file("config.json").is_file():
         raise FileNotFoundError(f"nothing to resume in {run_dir}: it holds no run (no config.json); start a new run "
                                 f"with `vitlab train --out {run_dir}`")
-    saved = run.read_config()
-    if not isinstance(saved.get("task"), str):
-        raise RunFileError(f"{run.path} was written by an earlier vitlab, whose checkpoints cannot be resumed by this "
-                           f"one; start a new run from its weights: `vitlab train --weights {run.weights_file()}`")
+    saved = run_config(run)
     cls = get_task(saved["task"])
     changes = {key: value for key, value in changes.items() if value is not None}
     fixed = sorted(key for key in changes if key not in RESUMABLE + cls.resumable)
@@ -151,31 +148,20 @@ def model_config(model: nn.Module) -> dict[str, Any]:
     return {"name": getattr(model, "model_name", None), **config_to_dict(model.config)}
 
 
-def upgrade_run_config(saved: dict[str, Any]) -> dict[str, Any]:
-    """A config.json written before tasks shared one loop, in today's layout (so eval and predict read old runs):
-    each task recognises its own old layout (`Task.upgrade_saved`)."""
-    if isinstance(saved.get("task"), str) or "options" not in saved:
-        return saved
-    from .base import TASKS
-
-    for cls in TASKS.values():
-        upgraded = cls.upgrade_saved(saved)
-        if upgraded is not None:
-            return upgraded
-    raise RunFileError("this run's config.json is in a layout no task of this vitlab reads; train it again")
-
-
-def old_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """The values of an old config.json that are fields of `cls` (a dataclass) and set."""
-    names = {field.name for field in dataclasses.fields(cls)}
-    return {key: value for key, value in values.items() if key in names and value is not None}
+def run_config(run: RunDir) -> dict[str, Any]:
+    """A run's config.json, refused where it names no task: a layout `vitlab train` has not written since runs
+    recorded their task, before any release."""
+    saved = run.read_config()
+    if not isinstance(saved.get("task"), str):
+        raise RunFileError(f"{run.file('config.json')} names no task: it was not written by this vitlab's `vitlab "
+                           f"train`; train the run again (its weights can start one: `vitlab train --weights "
+                           f"{run.weights_file(run.selected_weights())}`)")
+    return saved
 
 
 def load_task(run_dir: str | Path) -> tuple[Task, dict[str, Any]]:
     """The task of a run folder, rebuilt from its config.json (no data is read), and that config."""
-    saved = upgrade_run_config(RunDir(run_dir).read_config())
-    if "task" not in saved:
-        raise RunFileError(f"{run_dir}'s config.json names no task: it was not written by `vitlab train`")
+    saved = run_config(RunDir(run_dir))
     cls = get_task(saved["task"])
     loop = from_dict(LoopConfig, saved.get("loop", {}))
     return cls(from_dict(cls.Config, saved.get("config", {})), loop), saved

@@ -84,18 +84,6 @@ class ClassificationTask(Task):
         return float((reference.argmax(-1) == quantized.argmax(-1)).sum()), len(reference)
 
     @classmethod
-    def upgrade_saved(cls, saved: dict[str, Any]) -> dict[str, Any] | None:
-        """A run of the vitlab before tasks shared one loop kept {"options", "recipe", "data", ...}."""
-        from ...engine.config import LoopConfig
-        from ..launch import old_fields
-
-        if isinstance(saved.get("task"), dict):  # a seq2seq run's (its problem)
-            return None
-        merged = {**saved.get("recipe", {}), **saved["options"]}
-        config = {**old_fields(ClassificationConfig, merged), "model_overrides": saved.get("model_overrides", {})}
-        return {**saved, "task": cls.name, "config": config, "loop": old_fields(LoopConfig, merged)}
-
-    @classmethod
     def loop_defaults(cls, config: ClassificationConfig) -> dict[str, Any]:
         # fine-tuning a release (a tag or an hf-hub: repo): the data's recipe at a tenth or less of its learning rate
         # (AdamW at 1e-4, as is usual for fine-tuning a ViT with it), so the first steps do not wash out what the

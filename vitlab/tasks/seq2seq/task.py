@@ -68,20 +68,6 @@ class Seq2SeqTask(Task):
     sample_name: ClassVar[str] = "sequences"
 
     @classmethod
-    def upgrade_saved(cls, saved: dict[str, Any]) -> dict[str, Any] | None:
-        """A run of the vitlab before tasks shared one loop kept {"options", "task": the problem, "model", "vocab"}."""
-        from ...engine.config import LoopConfig
-        from ..launch import old_fields
-
-        if not isinstance(saved.get("task"), dict):
-            return None
-        options = saved["options"]
-        config = old_fields(Seq2SeqConfig, {**options, "problem": options.get("task")})
-        defaults = cls.loop_defaults(Seq2SeqConfig())
-        return {**saved, "task": cls.name, "problem": saved["task"], "config": config,
-                "loop": old_fields(LoopConfig, {**defaults, **options})}
-
-    @classmethod
     def loop_defaults(cls, config: Seq2SeqConfig) -> dict[str, Any]:
         # measured: reverse holds 98–99 % from step 1,500 to 2,250 and reaches 99.8 % at 4,000. One thread: at this
         # size a step is hundreds of tiny kernels, where a second thread only adds synchronisation
@@ -206,9 +192,9 @@ def load_seq2seq_run(run_dir: str | Path, which: str | None = None) -> tuple[Seq
         raise FileNotFoundError(f"{run_dir} is not a finished seq2seq run: expected config.json and "
                                 f"{which}.safetensors in it; train one with `vitlab train --task seq2seq --out "
                                 f"{run_dir}`")
-    from ..launch import upgrade_run_config
+    from ..launch import run_config
 
-    saved = upgrade_run_config(run.read_config())
+    saved = run_config(run)
     if saved.get("task") != "seq2seq" or "problem" not in saved:
         raise ValueError(f"{run.file('config.json')} was not written by `vitlab train --task seq2seq`; pass a "
                          f"seq2seq run folder")
