@@ -27,6 +27,7 @@ def toy():
     """The extension registered for this module's tests, and forgotten after them (the registries are the
     library's; other tests in the process must not see the toy)."""
     from vitlab.commands import COMMANDS
+    from vitlab.interop.converters import CONVERTERS
     from vitlab.models import registry
     from vitlab.serve.page import PAGES
     from vitlab.tasks.base import TASKS
@@ -34,10 +35,11 @@ def toy():
     module = importlib.import_module("tests.toy_extension")
     importlib.import_module("tests.toy_numbers")
     yield module
-    for name in ("toynet_28", "toydet_small", "toyline"):
+    for name in ("toynet_28", "toydet_small", "toyline", "toytwin"):
         registry.PRESETS.unregister(name)
-    for family in ("toynet", "toydet", "toyline"):
+    for family in ("toynet", "toydet", "toyline", "toytwin"):
         registry.FAMILIES.unregister(family)
+    CONVERTERS.unregister(module.FOREIGN_TOYNET.name)
     for task in ("brightness", "affine"):
         TASKS.unregister(task)
     COMMANDS.unregister("brighten")
@@ -90,6 +92,50 @@ def test_a_toy_classifier_trains_evaluates_predicts_exports_and_converts(toy, tm
     assert "ToyNet 8 wide, 2 deep" in capsys.readouterr().out
     with torch.no_grad():
         torch.testing.assert_close(load_model(tmp_path / "converted.safetensors")(images), expected)
+
+
+def test_a_family_with_a_new_kind_of_graph_runs_on_onnxruntime_through_its_own_export_spec(toy, tmp_path):
+    from vitlab import create_model, runtime
+
+    torch.manual_seed(0)
+    model = create_model("toytwin").eval()
+    engine = runtime.load(model, backend="onnxruntime", cache_dir=tmp_path)
+    for shape in [(2, 3, 32, 48), (1, 3, 40, 24), (3, 3, 32, 48)]:  # the graph's size, then others: its axes are free
+        images = torch.randn(*shape)
+        with torch.no_grad():
+            expected = model(images)
+        out = engine(images)  # packed by the family's own pack_outputs
+        assert isinstance(out, toy.TwinOutput)
+        torch.testing.assert_close(out.scores, expected.scores, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(out.heat, expected.heat, atol=1e-5, rtol=1e-4)
+        named = engine.named(images)
+        assert list(named) == ["scores", "heat"] and tuple(named["heat"].shape) == (shape[0], 1, shape[2] // 2,
+                                                                                    shape[3] // 2)
+
+
+def test_a_converter_registered_outside_vitlab_reads_a_foreign_layout(toy, tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    from vitlab import create_model
+    from vitlab.interop import model_from_checkpoint, read_checkpoint
+
+    torch.manual_seed(0)
+    original = create_model("toynet_28", num_classes=4, width=6).eval()
+    theirs = {f"{ {v: k for k, v in toy.FOREIGN_KEYS.items()}[key.rpartition('.')[0]] }.{key.rpartition('.')[2]}": value
+              for key, value in original.state_dict().items()}
+    assert toy.is_foreign_toynet(theirs) and not set(theirs) & set(original.state_dict())
+    path = tmp_path / "foreign.safetensors"
+    save_file(theirs, str(path))
+    assert read_checkpoint(path)[1].format == "foreign"
+    loaded = model_from_checkpoint(path).eval()  # the architecture from the converter, the weights converted
+    assert (loaded.config.width, loaded.config.num_classes) == (6, 4)
+    images = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(images), original(images))
+    assert main(["convert", str(path), str(tmp_path / "ours.safetensors")]) == 0
+    assert "ToyNet 6 wide, 2 deep, image 28, 4 classes" in capsys.readouterr().out
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path / "ours.safetensors")(images), original(images))
 
 
 def test_a_toy_detector_trains_and_detects(toy, trained, tmp_path, capsys):

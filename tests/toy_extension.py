@@ -4,6 +4,9 @@ API only (`register_config`, `register_model`, `ModelFamily`, `ExportSpec`, `Set
 
     ToyNet        a convnet classifier: two convolutions, global average pooling, a linear head
     ToyDetector   a set-prediction detector: a convolution, pooled features plus learned queries -> classes, boxes
+    ToyTwin       a family whose graph is of a kind no vitlab family has: two outputs, a vector and a map,
+                  packed into its own output type
+    a converter   for ToyNet checkpoints in a foreign library's key layout (features.N, classifier)
     brightness    a task: regress an image's mean brightness, trained on random images; its own command,
                   `vitlab brighten RUN IMAGE... --target T --out DIR`, scales images to the brightness T as the
                   run's model reads it; and its own page layout (an image in, a number out)
@@ -26,6 +29,7 @@ from vitlab.commands import command
 from vitlab.engine.flags import SELECTED_WEIGHTS, add_weights_flag
 from vitlab.engine.loop import TaskData
 from vitlab.engine.options import check, option
+from vitlab.interop.converters import Converter, register_converter
 from vitlab.models.family import ExportSpec, Model, ModelFamily
 from vitlab.models.registry import create_model, register_config, register_model
 from vitlab.models.set_prediction import DetectionOutput, SetPrediction, detector_export_spec
@@ -79,6 +83,84 @@ class ToyNet(Model):
 @register_model
 def toynet_28() -> ToyNetConfig:
     return ToyNetConfig()
+
+
+# ---- a converter: ToyNet checkpoints in a foreign layout ------------------------------------------------------------
+FOREIGN_KEYS = {"features.0": "conv1", "features.2": "conv2", "classifier": "head"}  # theirs -> ours
+
+
+def is_foreign_toynet(state: dict[str, torch.Tensor]) -> bool:
+    return {"features.0.weight", "features.2.weight", "classifier.weight"} <= set(state)
+
+
+def from_foreign(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {FOREIGN_KEYS[key.rpartition(".")[0]] + "." + key.rpartition(".")[2]: value for key, value in state.items()}
+
+
+FOREIGN_TOYNET = register_converter(Converter(
+    "a foreign toynet state dict (features.N, classifier)", "toynet",
+    lambda state, hf_config: is_foreign_toynet(state), lambda state, hf_config: from_foreign(state),
+    lambda state, file: {"family": "toynet", "width": state["conv1.weight"].shape[0],
+                         "in_chans": state["conv1.weight"].shape[1], "num_classes": state["head.weight"].shape[0]},
+    lambda state, hf_config: "foreign"))
+
+
+# ---- a family with a new kind of graph: two outputs --------------------------------------------------------------
+@dataclass
+class TwinOutput:
+    """What ToyTwin returns: a vector per image and a map per image."""
+
+    scores: torch.Tensor  # (B, K)
+    heat: torch.Tensor  # (B, 1, H/2, W/2)
+
+
+@register_config
+@dataclass(frozen=True)
+class ToyTwinConfig(ModelFamily):
+    family: ClassVar[str] = "toytwin"
+    title: ClassVar[str] = "ToyTwin"
+    description: ClassVar[str] = "a test's own two-headed convnet: a score vector and a heat map"
+
+    width: int = 8
+    num_scores: int = 3
+
+    def summary(self) -> dict[str, Any]:
+        return {"dim": self.width, "depth": 1}
+
+    @staticmethod
+    def pack_outputs(outputs: list[torch.Tensor]) -> TwinOutput:
+        return TwinOutput(outputs[0], outputs[1])
+
+    def build(self) -> ToyTwin:
+        return ToyTwin(self)
+
+
+class ToyTwin(Model):
+    """images (B, 3, H, W) -> TwinOutput: scores (B, K), heat (B, 1, H/2, W/2)."""
+
+    def __init__(self, config: ToyTwinConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.conv = nn.Conv2d(3, config.width, 3, stride=2, padding=1)
+        self.scores = nn.Linear(config.width, config.num_scores)
+        self.heat = nn.Conv2d(config.width, 1, 1)
+
+    def forward(self, images: torch.Tensor) -> TwinOutput:
+        features = F.relu(self.conv(images))  # (B, width, H/2, W/2)
+        return TwinOutput(self.scores(features.mean(dim=(2, 3))), self.heat(features).sigmoid())
+
+    def export_spec(self, example: tuple[torch.Tensor, ...] | None = None, task: Any = None) -> ExportSpec:
+        def outputs(model, images):
+            out = model(images)
+            return out.scores, out.heat
+
+        return ExportSpec("two-headed", outputs, ("images",), ("scores", "heat"),
+                          example or (torch.randn(2, 3, 32, 48),), ({0: "batch", 2: "height", 3: "width"},))
+
+
+@register_model
+def toytwin() -> ToyTwinConfig:
+    return ToyTwinConfig()
 
 
 # ---- a detector family -----------------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ class _Loop:
         if config.fp16 and self.device.type != "cuda":
             raise ValueError("fp16 needs a CUDA device (float16 with a gradient scaler); on a CPU use bf16")
         modules = task.optimized_modules(model)
-        lr_scales = task.lr_scales() if hasattr(task, "lr_scales") else {}
+        lr_scales = task.lr_scales()
         optimizers, schedulers = {}, {}
         for name, module in modules.items():
             optimizers[name], schedulers[name] = build_optimization(module, config, self.total_steps, warmup,

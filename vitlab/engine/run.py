@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..atomic import atomic_write, write_json
+from ..models.family import Model
 
 CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE = "config.json", "metrics.jsonl", "state.pt", "curves.png"
 WEIGHT_NAMES = ("last", "best", "ema")
@@ -165,7 +166,7 @@ class RunDir:
         from ..checkpoint import save_weights
 
         path = self.weights_file(which)
-        if hasattr(getattr(model, "config", None), "family"):
+        if isinstance(model, Model):
             return save_weights(model, path, metadata)
         from safetensors.torch import save
 

@@ -147,6 +147,8 @@ class Model(nn.Module):
     `create_model` refuses a family whose model is not a Model: a missing hook would otherwise be a silent default.
     """
 
+    config: ModelFamily  # the family's config the model was built from
+    model_name: str | None = None  # the registered name it was created by (create_model sets it)
     task_names: tuple[str, ...] = ()
     num_layer_groups: int = 0
     reads_prefix_only: bool = False

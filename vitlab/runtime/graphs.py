@@ -73,11 +73,10 @@ class _Returns(nn.Module):
 
 
 def config_of(model: nn.Module) -> Any:
-    config = getattr(model, "config", None)
-    if getattr(config, "family", None) is None:
-        raise ExportError(f"{type(model).__name__} is not a vitlab model (it has no config.family); runtimes run "
-                          f"the models `vitlab train` and `vitlab convert` write")
-    return config
+    if not isinstance(model, Model):
+        raise ExportError(f"{type(model).__name__} is not a vitlab model (a models.family.Model); runtimes run the "
+                          f"models `vitlab train` and `vitlab convert` write")
+    return model.config
 
 
 def family_of(model: nn.Module) -> str:
@@ -87,14 +86,14 @@ def family_of(model: nn.Module) -> str:
 def check_backend(model: nn.Module, backend: str) -> None:
     """Refuse a family on a backend known to compute it wrongly."""
     config = config_of(model)
-    why = getattr(config, "wrong_on", {}).get(backend)
+    why = config.wrong_on.get(backend)
     if why:
         raise ExportError(f"{config.family} does not run on {backend}: {why}")
 
 
 def check_exportable(model: nn.Module) -> None:
     config = config_of(model)
-    why = getattr(config, "not_exportable", None)
+    why = config.not_exportable
     if why:
         raise ExportError(f"{config.family} cannot be exported to one graph: {why}")
     if type(model).export_spec is Model.export_spec:

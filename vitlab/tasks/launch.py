@@ -145,7 +145,7 @@ def paths_read(*configs: Any) -> list[tuple[str, Path]]:
 def model_config(model: nn.Module) -> dict[str, Any]:
     from ..models.registry import config_to_dict
 
-    return {"name": getattr(model, "model_name", None), **config_to_dict(model.config)}
+    return {"name": model.model_name, **config_to_dict(model.config)}
 
 
 def run_config(run: RunDir) -> dict[str, Any]:

@@ -31,7 +31,9 @@ from ...engine.options import OptionError
 from ...models.backbones import classifier_to_backbone_state
 from ...models.denoising import noised_queries
 from ...models.detr_postprocess import postprocess
+from ...models.family import Model
 from ...models.registry import create_model
+from ...models.set_prediction import SetPrediction
 from ..base import Task, register_task, with_absolute_paths
 from .coco_eval import coco_metrics
 from .config import DetectionConfig, DetectionEvalOptions, DetectionPredictOptions, DetectionServeOptions
@@ -41,9 +43,8 @@ def postprocessed(model: nn.Module, outputs, image_sizes: torch.Tensor, threshol
                   ) -> list[dict[str, torch.Tensor]]:
     """Detections in pixels by the model family's own rule (its config's `postprocess`); a stand-in module without
     a vitlab config is read by the plain rule, a softmax with a "no object" class."""
-    config = getattr(model, "config", None)
-    if hasattr(config, "postprocess"):
-        return config.postprocess(outputs, image_sizes, threshold)
+    if isinstance(model, Model) and isinstance(model.config, SetPrediction):
+        return model.config.postprocess(outputs, image_sizes, threshold)
     return postprocess(outputs, image_sizes, threshold)
 
 
