@@ -38,7 +38,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -173,27 +173,38 @@ class Stepper:
 
 
 # ---- the loop --------------------------------------------------------------------------------------------------
-@runtime_checkable
-class Trainable(Protocol):
-    """What the loop asks of a task (tasks/base.py's Task is one)."""
+class Trainable:
+    """What the loop asks of a task, with the defaults of a task of one optimizer: the core of a task's training half
+    (tasks/base.py's TrainingTask builds on it)."""
 
-    best: tuple[str, str]  # the validation metric that picks best.safetensors and its direction: ("val_acc", "max")
-    sample_name: str  # what the throughput counts ("images" -> train_images_per_s)
-    unused_parameters: bool  # a step leaves some parameters without gradients (DDP must know)
+    best: ClassVar[tuple[str, str]]  # the validation metric that picks best.safetensors and its direction: val_acc, max
+    sample_name: ClassVar[str] = "samples"  # what the throughput counts ("images" -> train_images_per_s)
+    unused_parameters: ClassVar[bool] = False  # a step leaves some parameters without gradients (DDP must know)
 
-    def loss(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]: ...
+    def loss(self, model: nn.Module, batch: Any) -> dict[str, Any]:
+        """{"loss": the total to minimise; other keys: logged} (DETR's weight-dict pattern)."""
+        raise NotImplementedError
 
     def evaluate(self, model: nn.Module, data: Any) -> dict[str, Any]:
-        """Figures of `model` on `data` (the validation or the test part), named without a prefix: {"acc": ...}."""
+        """Figures of `model` on `data` (the validation or the test part), named without a prefix: {"acc": ...},
+        reduced over processes."""
+        raise NotImplementedError
 
-    def optimized_modules(self, model: nn.Module) -> dict[str, nn.Module]: ...
+    def optimized_modules(self, model: nn.Module) -> dict[str, nn.Module]:
+        """One optimizer per entry; `train_step` steps them by name."""
+        return {"model": model}
 
-    def lr_scales(self) -> dict[str, float]: ...
+    def lr_scales(self) -> dict[str, float]:
+        """Learning-rate factors by parameter-name prefix ({"backbone.": 0.1}); the rest trains at the loop's lr."""
+        return {}
 
-    def num_samples(self, batch: Any) -> int: ...
+    def num_samples(self, batch: Any) -> int:
+        return len(batch[0]) if isinstance(batch, list | tuple) else len(batch)
 
-    def train_step(self, model: nn.Module, batch: Any, stepper: Stepper) -> dict[str, torch.Tensor] | None:
-        """One step of a task with several optimizers; None: the loop's own step on `loss`."""
+    def train_step(self, model: nn.Module, batch: Any, stepper: Stepper) -> dict[str, Any] | None:
+        """One training step of a task with several optimizers (`optimized_modules`), stepping them through
+        `stepper`; None (the default): the loop takes its one step on `loss`."""
+        return None
 
 
 def fit(task: Trainable, model: nn.Module, data: TaskData, config: LoopConfig, run: RunDir, *, resume: bool = False,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..atomic import atomic_write, write_json
-from ..models.family import Model
+from ..models.family import family_config
 
 CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE = "config.json", "metrics.jsonl", "state.pt", "curves.png"
 WEIGHT_NAMES = ("last", "best", "ema")
@@ -166,7 +166,7 @@ class RunDir:
         from ..checkpoint import save_weights
 
         path = self.weights_file(which)
-        if isinstance(model, Model):
+        if family_config(model) is not None:
             return save_weights(model, path, metadata)
         from safetensors.torch import save
 

@@ -172,3 +172,11 @@ class Model(nn.Module):
 
     def forward_lean(self, images: torch.Tensor) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no lean forward (Model.reads_prefix_only is False)")
+
+
+def family_config(module: nn.Module) -> ModelFamily | None:
+    """The family config of a vitlab model, read through whatever stands in for it (the inference path's wrapper, a
+    runtime's, torch.compile's: each forwards the model's attributes); None for a module that is no vitlab model
+    (a test's stand-in, a plain torch module). The one place the layers above ask a module whether it is one."""
+    config = getattr(module, "config", None)
+    return config if isinstance(config, ModelFamily) else None

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..models.family import Model
+from ..models.family import Model, family_config
 from .fast import inference_model
 
 
@@ -73,10 +73,11 @@ class _Returns(nn.Module):
 
 
 def config_of(model: nn.Module) -> Any:
-    if not isinstance(model, Model):
-        raise ExportError(f"{type(model).__name__} is not a vitlab model (a models.family.Model); runtimes run the "
+    config = family_config(model)
+    if config is None:
+        raise ExportError(f"{type(model).__name__} is not a vitlab model (it has no family config); runtimes run the "
                           f"models `vitlab train` and `vitlab convert` write")
-    return model.config
+    return config
 
 
 def family_of(model: nn.Module) -> str:

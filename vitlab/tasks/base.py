@@ -1,28 +1,33 @@
-"""What a task is: the seam between the one training loop (engine/loop.py) and what a kind of training adds.
+"""What a task is: the seam between vitlab's generic machinery and what a kind of training adds. A task has two
+halves, each used by its own side; `Task` is both.
 
-A task supplies
-    Config             its options, a frozen dataclass (one field per option, with default and help)
-    loop_defaults()    its defaults for the loop's shared options (epochs or steps, batch size, lr, ...)
-    build_data()       a TaskData: `train` (an epoch loader or a stream), `val` (selects the best checkpoint) and
-                       `test` (scored once at the end; None where the data has no test part)
-    build_model()      the model, built from the config (after the data, which may fix classes and channels)
-    loss(model, batch) {"loss": the total, other keys: logged}; DETR's weight-dict pattern
-    evaluate(model, data) -> dict[str, float], reduced over processes
-    best               the validation metric that picks best.safetensors and its direction: ("val_acc", "max");
-                       `evaluate` names its figures without prefix, the loop logs them as val_* and test_*
-and, optionally, `optimized_modules(model)` with `train_step(model, batch, stepper)` for several optimizers.
+The training half, `TrainingTask` (what `vitlab train` and the one loop, engine/loop.py, need):
+    name, Config        the task's name and its options, a frozen dataclass (one field per option, with default, help)
+    loop_defaults()     its defaults for the loop's shared options (epochs or steps, batch size, lr, ...)
+    build_data()        a TaskData: `train` (an epoch loader or a stream), `val` (selects the best checkpoint) and
+                        `test` (scored once at the end; None where the data has no test part)
+    build_model()       the model, built from the config (after the data, which may fix classes and channels);
+                        `model_config()` checks that --model names a family that trains the task (`model_noun`),
+                        `default_model` is built where none is named
+    loss, evaluate, best, optimized_modules, lr_scales, num_samples, train_step, sample_name, unused_parameters
+                        what the loop itself asks (engine/loop.py's Trainable, which this half extends)
+    run_info(), extra_files, resumable   what config.json records; what a resumed run may change
+    recipes()           its recipes' loop defaults, by name (the help)
 It never writes its own loop.
 
-Its inference side, for `vitlab eval`, `vitlab predict`, the server and the runtimes, which dispatch through it:
+The inference half, `InferenceTask` (`vitlab eval`, `predict`, `serve`, `quantize`, the runtimes and the help):
     EvalOptions, PredictOptions, ServeOptions   typed options (dataclasses of `option` fields): the command line's
                                                 flags and the server's form fields are generated from them
     evaluate_run(), format_evaluation()         a finished run scored on its held-out data, as JSON and as text
     predict(), format_prediction()              what the run makes of input files
-    answer()                                    the server's JSON for one upload (pictures as PIL images or files)
-    page                                        what the server's page shows for it (a layout of serve/page.py)
-    examples()                                  images to try it on
+    answer(), serving_context(), serves()       the server's JSON for one upload (pictures as PIL images or files)
+    page, needs_image, examples()               the server page's layout (serve/page.py's PAGES; none: the generic
+                                                page), whether it needs an image, images to try it on
+    order, commands                             where `--task` and the page list it; its own commands
     python_loop                                 why its inference cannot run on an inference runtime, if it cannot
     int8_guard, int8_agreement()                what int8 may cost it (`vitlab quantize`, tasks/int8.py)
+    check_data()                                `vitlab check-data` of a folder, split by split
+The functions behind eval, predict and answer live in the task's `inference_module`, imported only when used.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from torch import nn
 
 from ..engine.config import LoopConfig
 from ..engine.distributed import DistInfo
-from ..engine.loop import TaskData
+from ..engine.loop import TaskData, Trainable
 from ..registry import Registry
 from .weights_options import released
 
@@ -73,39 +78,31 @@ def register_task(cls: type[Task]) -> type[Task]:
     return TASKS.register(cls.name, cls)
 
 
-class Task:
+def release_overrides(config: Any) -> dict[str, Any]:
+    """The model config fields the release `config.weights` names sets (a two-stage Deformable DETR, ADE20K's 150
+    classes), where it is a release of the run's model; the task's own arguments (its classes, its crop) come
+    after."""
+    release = released(getattr(config, "weights", None))  # a task whose config takes no weights: none
+    return dict(release.overrides) if release and release.model == config.model else {}
+
+
+class TrainingTask(Trainable):
+    """The training half of a task (see the module's doc)."""
+
     name: ClassVar[str]
-    order: ClassVar[int] = 1000  # where `--task`, the server's tabs and the docs list it: lowest first
     Config: ClassVar[type]
-    best: ClassVar[tuple[str, str]]
-    sample_name: ClassVar[str] = "samples"  # what the training throughput counts ("images" -> train_images_per_s)
     extra_files: ClassVar[tuple[str, ...]] = ()  # files the task writes into a run folder besides the loop's
     resumable: ClassVar[tuple[str, ...]] = ()  # task options a resumed run may change
-    unused_parameters: ClassVar[bool] = False  # a step leaves some parameters without gradients (DDP must know)
     model_noun: ClassVar[str] = "a model"  # what --model must name, in an error: "a detector"
-    # the module with a finished run's evaluate_run, format_evaluation, predict_files, format_prediction and answer,
-    # imported only when `vitlab eval` / `vitlab predict` / the server need it (e.g. detection's `inference.py`)
-    inference_module: ClassVar[str | None] = None
-    EvalOptions: ClassVar[type] = NoOptions
-    PredictOptions: ClassVar[type] = NoOptions
-    ServeOptions: ClassVar[type] = NoOptions
-    python_loop: ClassVar[str | None] = None  # why inference runs on torch only (it decodes in a Python loop)
-    needs_image: ClassVar[bool] = True  # the server's answer needs an uploaded image
-    page: ClassVar[str | None] = None  # the server page's layout (serve/page.py's PAGES); None: the generic page
-    commands: ClassVar[tuple[str, ...]] = ()  # the task's own `vitlab` commands besides eval and predict
     default_model: ClassVar[str | None] = None  # built where --model is not given and --weights names no release
-    # what int8 may cost: evaluate_run's figures (dotted keys, `*` for any) -> the largest drop allowed
-    int8_guard: ClassVar[dict[str, float]] = {}
-    int8_agreement_floor: ClassVar[float] = 0.99  # the least share of answers int8 must keep (int8_agreement)
-    int8_agreement_of: ClassVar[str] = "answers"  # what int8_agreement counts, in the report: "images"
 
     def __init__(self, config: Any, loop: LoopConfig | None = None, dist: DistInfo | None = None) -> None:
-        self.config = self.with_model(config)
+        self.config = self._with_model(config)
         self.loop = loop or LoopConfig()
         self.dist = dist or DistInfo()
 
     @classmethod
-    def with_model(cls, config: Any) -> Any:
+    def _with_model(cls, config: Any) -> Any:
         """The config with `model` filled in where not given: the model of the release --weights names (so that
         `vitlab train --weights detr_resnet50.coco --data DIR` fine-tunes DETR-R50), else the task's default."""
         if getattr(config, "model", "") is not None:
@@ -114,23 +111,13 @@ class Task:
         model = release.model if release else cls.default_model
         return dataclasses.replace(config, model=model) if model else config
 
-    def release_overrides(self) -> dict[str, Any]:
-        """The config fields the release --weights names sets (a two-stage Deformable DETR, ADE20K's 150 classes),
-        where it is a release of this run's model; the task's own arguments (its classes, its crop) come after."""
-        release = released(getattr(self.config, "weights", None))
-        return dict(release.overrides) if release and release.model == self.config.model else {}
-
     @classmethod
     def loop_defaults(cls, config: Any) -> dict[str, Any]:
         return {}
 
-    @classmethod
-    def recipes(cls) -> dict[str, dict[str, Any]]:
-        """The loop defaults of each of the task's recipes, by name (for the command line's help)."""
-        return {cls.name: cls.loop_defaults(cls.Config())}
-
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
-        """`saved`: the data record of the run being resumed (its `run_info()["data"]`), or None."""
+        """`saved`: the data record of the run being resumed (its `run_info()["data"]`), or None; data other than
+        the run's own is refused (a resumed run continues on what it started on)."""
         raise NotImplementedError
 
     def build_model(self) -> nn.Module:
@@ -144,39 +131,40 @@ class Task:
 
         name = name or self.config.model
         config = get_config(name)
-        if self.name not in getattr(config, "tasks", ()):
+        if self.name not in config.tasks:
             raise OptionError("model", f"must be {self.model_noun} ({', '.join(models_for_task(self.name))}), got "
                                        f"{name!r}")
         return config
-
-    def loss(self, model: nn.Module, batch: Any) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def evaluate(self, model: nn.Module, data: Any) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def optimized_modules(self, model: nn.Module) -> dict[str, nn.Module]:
-        """One optimizer per entry; `train_step` steps them by name."""
-        return {"model": model}
-
-    def lr_scales(self) -> dict[str, float]:
-        """Learning-rate factors by parameter-name prefix ({"backbone.": 0.1}); the rest trains at the loop's lr."""
-        return {}
-
-    def num_samples(self, batch: Any) -> int:
-        return len(batch[0]) if isinstance(batch, list | tuple) else len(batch)
 
     def run_info(self) -> dict[str, Any]:
         """What config.json records about the data, beside the configs (classes, sizes, ...)."""
         return {}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        """Refuse to resume on data other than the run's own (`saved` is the run's config.json)."""
+    @classmethod
+    def recipes(cls) -> dict[str, dict[str, Any]]:
+        """The loop defaults of each of the task's recipes, by name (for the command line's help)."""
+        return {cls.name: cls.loop_defaults(cls.Config())}
 
-    def train_step(self, model: nn.Module, batch: Any, stepper: Any) -> dict[str, Any] | None:
-        """One training step of a task with several optimizers (`optimized_modules`), stepping them through
-        `stepper`; None (the default): the loop takes its one step on `loss`."""
-        return None
+
+class InferenceTask:
+    """The inference half of a task (see the module's doc)."""
+
+    name: ClassVar[str]
+    order: ClassVar[int] = 1000  # where `--task`, the server's tabs and the docs list it: lowest first
+    commands: ClassVar[tuple[str, ...]] = ()  # the task's own `vitlab` commands besides eval and predict
+    # the module with a finished run's evaluate_run, format_evaluation, predict_files, format_prediction, answer and
+    # examples, imported only when `vitlab eval` / `vitlab predict` / the server need it (detection's `inference.py`)
+    inference_module: ClassVar[str | None] = None
+    EvalOptions: ClassVar[type] = NoOptions
+    PredictOptions: ClassVar[type] = NoOptions
+    ServeOptions: ClassVar[type] = NoOptions
+    python_loop: ClassVar[str | None] = None  # why inference runs on torch only (it decodes in a Python loop)
+    needs_image: ClassVar[bool] = True  # the server's answer needs an uploaded image
+    page: ClassVar[str | None] = None  # the server page's layout (serve/page.py's PAGES); None: the generic page
+    # what int8 may cost: evaluate_run's figures (dotted keys, `*` for any) -> the largest drop allowed
+    int8_guard: ClassVar[dict[str, float]] = {}
+    int8_agreement_floor: ClassVar[float] = 0.99  # the least share of answers int8 must keep (int8_agreement)
+    int8_agreement_of: ClassVar[str] = "answers"  # what int8_agreement counts, in the report: "images"
 
     def int8_agreement(self, reference: Any, quantized: Any) -> tuple[float, int] | None:
         """How many of one batch's answers the int8 model keeps, of how many: the fp32 and int8 models' outputs on
@@ -260,3 +248,7 @@ class Task:
             raise OptionError(unknown[0], f"is not an option of a {cls.name} run; it takes {takes}")
         checked = options_type(**given)
         return {name: getattr(checked, name) for name in names}
+
+
+class Task(TrainingTask, InferenceTask):
+    """A kind of training: its training half and its inference half (see the module's doc)."""

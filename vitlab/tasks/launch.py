@@ -113,8 +113,6 @@ def _run(cls: type[Task], config: Any, loop: LoopConfig, out: str | None, overwr
                 run.prepare(overwrite, cls.extra_files, inputs=paths_read(config, loop))
             barrier(dist)
             data = task.build_data(saved=saved.get("data") if saved else None)
-            if saved is not None:
-                task.check_resume(saved)
             torch.manual_seed(loop.seed)
             model = task.build_model()
         except BaseException:

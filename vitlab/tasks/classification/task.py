@@ -25,7 +25,7 @@ from ...engine.run import weights_file
 from ...interop.hub import names_remote_weights
 from ...models.deit import DistilledOutput
 from ...models.registry import create_model, get_config
-from ..base import Task, register_task
+from ..base import Task, register_task, release_overrides
 from ..weights_options import released
 from .config import (
     ClassificationConfig,
@@ -61,7 +61,7 @@ class ClassificationTask(Task):
     int8_agreement_of: ClassVar[str] = "images (top-1)"
 
     def __init__(self, config: ClassificationConfig, loop=None, dist: DistInfo | None = None) -> None:
-        config = self.with_model(config)  # a release's model where --model is not given, before the recipe's
+        config = self._with_model(config)  # a release's model where --model is not given, before the recipe's
         release = released(config.weights)
         if release and release.model == config.model and config.img_size is None:  # fine-tune at its resolution
             size = get_config(release.model, **release.overrides).img_size
@@ -120,6 +120,8 @@ class ClassificationTask(Task):
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         self.bundle = self.datasets(saved=saved)
+        if saved is not None:
+            self._refuse_other_data(saved)
         return TaskData(*self.loaders(self.bundle))
 
     def loaders(self, bundle: DatasetBundle, eval_batch_size: int = 256):
@@ -167,8 +169,9 @@ class ClassificationTask(Task):
                          "mean": list(b.mean), "std": list(b.std), "val_fraction": c.val_fraction,
                          "skipped_images": int(getattr(dataset, "num_skipped", 0))}}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        data, b = saved["data"], self.bundle
+    def _refuse_other_data(self, data: dict[str, Any]) -> None:
+        """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
+        b = self.bundle
         if b.classes != data["classes"] or len(b.train) != data.get("num_train", len(b.train)):
             raise ValueError(
                 f"the data of this run changed since it started (classes {data['classes']}, "
@@ -180,7 +183,7 @@ class ClassificationTask(Task):
         from ...interop import load_weights
 
         c, b = self.config, self.bundle
-        model = create_model(c.model, **{**self.release_overrides(), "num_classes": b.num_classes,
+        model = create_model(c.model, **{**release_overrides(self.config), "num_classes": b.num_classes,
                                          "in_chans": b.channels, "img_size": b.img_size, "drop_path_rate": c.drop_path,
                                          **c.model_overrides})
         if c.weights:

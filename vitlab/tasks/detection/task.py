@@ -31,20 +31,21 @@ from ...engine.options import OptionError
 from ...models.backbones import classifier_to_backbone_state
 from ...models.denoising import noised_queries
 from ...models.detr_postprocess import postprocess
-from ...models.family import Model
+from ...models.family import family_config
 from ...models.registry import create_model
 from ...models.set_prediction import SetPrediction
-from ..base import Task, register_task, with_absolute_paths
+from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .coco_eval import coco_metrics
 from .config import DetectionConfig, DetectionEvalOptions, DetectionPredictOptions, DetectionServeOptions
 
 
 def postprocessed(model: nn.Module, outputs, image_sizes: torch.Tensor, threshold: float = 0.0
                   ) -> list[dict[str, torch.Tensor]]:
-    """Detections in pixels by the model family's own rule (its config's `postprocess`); a stand-in module without
-    a vitlab config is read by the plain rule, a softmax with a "no object" class."""
-    if isinstance(model, Model) and isinstance(model.config, SetPrediction):
-        return model.config.postprocess(outputs, image_sizes, threshold)
+    """Detections in pixels by the model family's own rule (its config's `postprocess`: SetPrediction); a stand-in
+    module that is no vitlab model is read by the plain rule, a softmax with a "no object" class."""
+    config = family_config(model)
+    if isinstance(config, SetPrediction):
+        return config.postprocess(outputs, image_sizes, threshold)
     return postprocess(outputs, image_sizes, threshold)
 
 
@@ -133,6 +134,8 @@ class DetectionTask(Task):
             return EpochDataLoader(part, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
                                    collate_fn=pad_collate, **shard)
 
+        if saved is not None:
+            self._refuse_other_data(saved)
         return TaskData(train=train, val=held_out(self.val_set),
                         test=None if self.test_set is None else held_out(self.test_set))
 
@@ -143,8 +146,8 @@ class DetectionTask(Task):
                          "num_val": len(self.val_set), "num_test": 0 if self.test_set is None else len(self.test_set),
                          "split": self.split, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        data = saved["data"]
+    def _refuse_other_data(self, data: dict[str, Any]) -> None:
+        """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
         if self.train_set.category_names != data["classes"] or len(self.train_set) != data["num_train"]:
             raise ValueError(f"the data of this run changed since it started ({data['classes']}, {data['num_train']} "
                              f"training images; now {self.train_set.category_names}, {len(self.train_set)}); resume "
@@ -158,8 +161,8 @@ class DetectionTask(Task):
         if c.dn_groups:
             overrides["denoising"] = True  # the denoising queries' embeddings
         classes = num_classes or self.train_set.num_classes
-        model = create_model(c.model, **{**self.release_overrides(), "num_classes": classes, "aux_loss": c.aux_loss,
-                                         **overrides})
+        model = create_model(c.model, **{**release_overrides(self.config), "num_classes": classes,
+                                         "aux_loss": c.aux_loss, **overrides})
         if c.weights or c.backbone_weights:
             from ...checkpoint import read_state_dict
             from ...engine.run import weights_file

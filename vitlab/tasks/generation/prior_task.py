@@ -138,6 +138,8 @@ class PriorTask(Task):
         train = TensorBatches(self.train_codes, self.images.train_labels, batch_size=loop.batch_size, shuffle=True,
                               drop_last=True, seed=loop.seed, num_replicas=dist.world_size, rank=dist.rank)
         test = (self.test_codes, self.images.test_labels, "test") if self.test_codes is not None else None
+        if saved is not None:
+            self._refuse_other_data(saved)
         return TaskData(train=train, val=(self.val_codes, self.images.val_labels, "val"), test=test)
 
     def run_info(self) -> dict[str, Any]:
@@ -146,8 +148,9 @@ class PriorTask(Task):
                          "num_val": len(d.val), "num_test": 0 if d.test is None else len(d.test), "split": d.split,
                          "channels": d.channels, "img_size": d.size, "pad": d.pad}}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        if saved["data"]["num_train"] != len(self.images.train):
+    def _refuse_other_data(self, data: dict[str, Any]) -> None:
+        """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
+        if data["num_train"] != len(self.images.train):
             raise ValueError("the VQGAN run's data changed since this prior started; start a new run")
 
     def serving_context(self, saved: dict[str, Any]) -> dict[str, Any]:

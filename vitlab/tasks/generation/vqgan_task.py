@@ -22,7 +22,7 @@ from ...engine.loaders import TensorLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task, register_task, with_absolute_paths
+from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .config import GenerationEvalOptions, VQGANServeOptions, VQGANTaskConfig
 from .losses import adaptive_weight, generator_loss, hinge_d_loss
 from .metrics import reconstruction_scores
@@ -78,7 +78,7 @@ class VQGANTask(Task):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def image_size(self) -> int:
-        return self.config.img_size or get_config(self.config.model, **self.release_overrides()).resolution
+        return self.config.img_size or get_config(self.config.model, **release_overrides(self.config)).resolution
 
     @classmethod
     def check_data(cls, data: str, **options: Any) -> list[Any]:
@@ -88,7 +88,7 @@ class VQGANTask(Task):
 
     def build_data(self, saved: dict[str, Any] | None = None) -> TaskData:
         c, loop = self.config, self.loop
-        model_config = get_config(c.model, **self.release_overrides())
+        model_config = get_config(c.model, **release_overrides(self.config))
         self.images = load_generation_images(c.data, c.data_dir, self.image_size(), model_config.in_chans,
                                              c.val_fraction, loop.seed, not c.allow_partial_data,
                                              skip_bad_images=c.skip_bad_images)
@@ -96,6 +96,8 @@ class VQGANTask(Task):
         train = TensorLoader(self.images.train, self.images.train_labels, loop.batch_size, half, half,
                              shuffle=True, drop_last=True, seed=loop.seed)
         test = (self.images, "test") if self.images.test is not None else None
+        if saved is not None:
+            self._refuse_other_data(saved)
         return TaskData(train=train, val=(self.images, "val"), test=test)
 
     def run_info(self) -> dict[str, Any]:
@@ -105,8 +107,8 @@ class VQGANTask(Task):
                          "num_test": 0 if d.test is None else len(d.test), "split": d.split, "channels": d.channels,
                          "img_size": d.size, "pad": d.pad}}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        data = saved["data"]
+    def _refuse_other_data(self, data: dict[str, Any]) -> None:
+        """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
         if data["num_train"] != len(self.images.train) or data["classes"] != self.images.classes:
             raise ValueError(f"the data of this run changed since it started ({data['num_train']} training images "
                              f"then, {len(self.images.train)} now); resume on the same data or start a new run")
@@ -117,7 +119,7 @@ class VQGANTask(Task):
         config = self.model_config()
         if not config.disc_layers:
             raise OptionError("model", f"{c.model} has no discriminator (disc_layers=0); training needs one")
-        model = create_model(c.model, **{**self.release_overrides(), "resolution": self.image_size()})
+        model = create_model(c.model, **{**release_overrides(self.config), "resolution": self.image_size()})
         if c.weights:
             from ...interop import load_weights
 

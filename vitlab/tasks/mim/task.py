@@ -23,7 +23,7 @@ from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task, register_task, with_absolute_paths
+from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .config import MIMConfig, MIMEvalOptions, MIMPredictOptions
 
 
@@ -93,6 +93,8 @@ class MIMTask(Task):
         def held_out(part):
             return EpochDataLoader(part, self.config.eval_batch_size, num_workers=loop.workers, pad=False, **shard)
 
+        if saved is not None:
+            self._refuse_other_data(saved)
         return TaskData(train=train, val=held_out(self.val_set),
                         test=None if self.test_set is None else held_out(self.test_set))
 
@@ -101,9 +103,10 @@ class MIMTask(Task):
                          "num_test": 0 if self.test_set is None else len(self.test_set), "split": self.split,
                          "img_size": self.img_size(), "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        if len(self.train_set) != saved["data"]["num_train"]:
-            raise ValueError(f"the data of this run changed since it started ({saved['data']['num_train']} training "
+    def _refuse_other_data(self, data: dict[str, Any]) -> None:
+        """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
+        if len(self.train_set) != data["num_train"]:
+            raise ValueError(f"the data of this run changed since it started ({data['num_train']} training "
                              f"images, now {len(self.train_set)}); resume on the same data or start a new run")
 
     # -- model and loss ------------------------------------------------------------------------------------------
@@ -115,7 +118,7 @@ class MIMTask(Task):
         overrides = {"img_size": self.img_size()}
         if c.mask_ratio is not None:
             overrides["mask_ratio"] = c.mask_ratio
-        model = create_model(c.model, **{**self.release_overrides(), **overrides})
+        model = create_model(c.model, **{**release_overrides(self.config), **overrides})
         if c.weights:
             from ...engine.run import weights_file
 

@@ -31,7 +31,7 @@ from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task, register_task, with_absolute_paths
+from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .config import RestorationConfig, RestorationEvalOptions, RestorationPredictOptions, RestorationServeOptions
 from .metrics import restoration_scores
 
@@ -108,7 +108,7 @@ class RestorationTask(Task):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def patch_size(self) -> int:
-        config = get_config(self.config.model, **self.release_overrides())
+        config = get_config(self.config.model, **release_overrides(self.config))
         return int(getattr(config, "patch_size", 48))
 
     @classmethod
@@ -151,6 +151,8 @@ class RestorationTask(Task):
         train = TaskBatchLoader(self.train_set, loop.batch_size, loop.seed, dist.rank, dist.world_size, loop.workers)
         val = self.test_sets(val_images, [Path(p).stem for p in val_files])
         test = None if test_files is None else self.test_sets(test_images, [Path(p).stem for p in test_files])
+        if saved is not None:
+            self._refuse_other_data(saved)
         return TaskData(train=train, val=val, test=test)
 
     def test_sets(self, images: list[torch.Tensor], names: list[str]) -> dict[str, RestorationPairs]:
@@ -162,8 +164,8 @@ class RestorationTask(Task):
                          "val": self.val_files, "test": self.test_files, "split": self.split,
                          "patch_size": self.patch_size()}}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        data = saved["data"]
+    def _refuse_other_data(self, data: dict[str, Any]) -> None:
+        """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
         if [Path(p).name for p in data["train"]] != [Path(p).name for p in self.train_files]:
             raise ValueError(f"the training photographs of this run changed since it started ({len(data['train'])} "
                              f"then, {len(self.train_files)} now); resume on the same data or start a new run")
@@ -173,7 +175,7 @@ class RestorationTask(Task):
         c = self.config
         self.model_config()
         chosen = {} if c.global_residual is None else {"global_residual": c.global_residual}
-        model = create_model(c.model, **{**self.release_overrides(), "degradations": self.tasks, **chosen})
+        model = create_model(c.model, **{**release_overrides(self.config), "degradations": self.tasks, **chosen})
         if c.contrastive_weight > 0 and "return_tokens" not in inspect.signature(model.forward).parameters:
             raise OptionError("contrastive_weight", f"needs a transformer's token features (IPT's); {c.model} has "
                                                     f"none")

@@ -29,7 +29,7 @@ from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
 from ...models.registry import create_model, get_config
-from ..base import Task, register_task, with_absolute_paths
+from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .config import SegmentationConfig, SegmentationEvalOptions, SegmentationPredictOptions, SegmentationServeOptions
 from .metrics import confusion_matrix, scores
 from .sliding import sliding_window_logits
@@ -72,7 +72,7 @@ class SegmentationTask(Task):
 
     # -- data ----------------------------------------------------------------------------------------------------
     def crop_size(self) -> int:
-        return self.config.crop_size or int(get_config(self.config.model, **self.release_overrides()).img_size)
+        return self.config.crop_size or int(get_config(self.config.model, **release_overrides(self.config)).img_size)
 
     def datasets(self, train_transforms: bool = True
                  ) -> tuple[SegmentationDataset, SegmentationDataset, SegmentationDataset | None]:
@@ -124,6 +124,8 @@ class SegmentationTask(Task):
             return EpochDataLoader(part, self.config.eval_batch_size, num_workers=loop.workers, pad=False,
                                    collate_fn=pad_collate_masks, **shard)
 
+        if saved is not None:
+            self._refuse_other_data(saved)
         return TaskData(train=train, val=held_out(self.val_set),
                         test=None if self.test_set is None else held_out(self.test_set))
 
@@ -133,8 +135,8 @@ class SegmentationTask(Task):
                          "split": self.split, "crop_size": self.crop_size(), "mean": list(IMAGENET_MEAN),
                          "std": list(IMAGENET_STD)}}
 
-    def check_resume(self, saved: dict[str, Any]) -> None:
-        data = saved["data"]
+    def _refuse_other_data(self, data: dict[str, Any]) -> None:
+        """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
         if self.class_names != data["classes"] or len(self.train_set) != data["num_train"]:
             raise ValueError(f"the data of this run changed since it started ({data['classes']}, {data['num_train']} "
                              f"training images; now {self.class_names}, {len(self.train_set)}); resume on the same "
@@ -145,7 +147,7 @@ class SegmentationTask(Task):
         c = self.config
         self.model_config()
         classes = num_classes or len(self.class_names)
-        model = create_model(c.model, **{**self.release_overrides(), "num_classes": classes,
+        model = create_model(c.model, **{**release_overrides(self.config), "num_classes": classes,
                                          "img_size": self.crop_size()})
         if c.weights:
             load_start(model, c.weights, strict=c.strict)
