@@ -49,8 +49,7 @@ class ToyNetConfig(ModelFamily):
     img_size: int = 28
     in_chans: int = 1
     num_classes: int = 10
-    width: int = 8
-    drop_path_rate: float = 0.0  # what the classification task passes to every model; a convnet has none
+    width: int = 8  # no drop_path_rate: a convnet without stochastic depth need not carry one (ModelFamily.for_data)
 
     def summary(self) -> dict[str, Any]:
         return {"image": self.img_size, "patch": None, "dim": self.width, "depth": 2, "heads": None,

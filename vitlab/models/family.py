@@ -16,6 +16,8 @@ A family is one file in `models/`: its config dataclass (decorated with `@regist
                     parts in fp32 and smooths the activations' outliers into the weights)
     pack_outputs()  a graph's outputs back into what the model returns (a tensor, or its output dataclass)
     releases        its released checkpoints by tag (filled by the families that have them)
+    for_data()      the config fitted to a task's data: its classes, channels, image size (and the stochastic
+                    depth the task trains with), each set on the family's own field for it (`data_fields`)
 
 and the model class subclasses `Model`, which says what the layers above ask of a model (its graph, its tasks,
 the parameters kept out of weight decay, its layer groups, how it adapts a checkpoint), with the defaults of a
@@ -98,6 +100,30 @@ class ModelFamily:
     int8_fp32: ClassVar[dict[str, str]] = {}
     int8_transformer: ClassVar[bool] = True
     releases: ClassVar[dict[str, Release]] = {}
+    # the field each of a task's data facts goes to (for_data); a family names its own where it differs (a VQGAN's
+    # image size is its `resolution`)
+    data_fields: ClassVar[dict[str, str]] = {"classes": "num_classes", "channels": "in_chans", "image_size": "img_size",
+                                             "drop_path": "drop_path_rate"}
+
+    def for_data(self, **facts: Any) -> Any:
+        """This config fitted to what a task's data says: `classes` (how many), `channels`, `image_size`, and the
+        `drop_path` rate the task trains with; each set on the family's field for it (`data_fields`), None: not
+        said. A fact the family has no field for is refused (a greyscale image for a model that cannot take one),
+        but for stochastic depth, which a family without it (a convnet) does not have to offer."""
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(self)}
+        changes = {}
+        for fact, value in facts.items():
+            if fact not in self.data_fields:
+                raise TypeError(f"unknown data fact {fact!r}; the facts are {', '.join(self.data_fields)}")
+            if value is None or (fact == "drop_path" and self.data_fields[fact] not in names):
+                continue
+            if self.data_fields[fact] not in names:
+                raise ValueError(f"the {self.family} family has no {self.data_fields[fact]}: a model of it cannot be "
+                                 f"fitted to data with {fact}={value}")
+            changes[self.data_fields[fact]] = value
+        return dataclasses.replace(self, **changes)
 
     def summary(self) -> dict[str, Any]:
         """The sizes shown for a model of this config: image, patch, dim, depth, heads, classes (None: not one)."""

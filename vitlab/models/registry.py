@@ -116,7 +116,11 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
     if "weights" in overrides:
         raise TypeError("vitlab.models.create_model builds a model with fresh weights; to load a checkpoint call "
                         "vitlab.create_model(name, weights=path) or vitlab.load_weights(model, path)")
-    config = get_config(name, **overrides)
+    return build_model(get_config(name, **overrides), name)
+
+
+def build_model(config: Any, name: str | None = None) -> Model:
+    """The model of `config` (a registered model's, fitted and overridden: `name`), with fresh weights."""
     model = config.build()
     if not isinstance(model, Model):
         raise TypeError(f"the {config.family} family builds a {type(model).__name__}, which is not a "
@@ -133,6 +137,9 @@ def config_from_dict(data: dict[str, Any]) -> Any:
     """Rebuild a config saved with `config_to_dict` (JSON turns tuples into lists; they are turned back)."""
     data = dict(data)
     cls = config_type(data.pop("family"))
-    data = {key: tuple(value) if isinstance(value, list) else value for key, value in data.items()}
-    # a family whose saved form changed reads older dicts itself
-    return cls.from_saved(data) if hasattr(cls, "from_saved") else cls(**data)
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"this {cls.family} config has fields {cls.__name__} does not know ({', '.join(unknown)}): it "
+                         f"was written by another version of vitlab; convert the weights with that version, or load "
+                         f"them into a model you create (`load_weights`)")
+    return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in data.items()})

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -27,11 +27,6 @@ from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos
 from .adapt import adapt_input_channels, fresh_classifiers
 from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import register_config, register_model
-
-# Version 2: a non-empty stem_channels alone makes the hybrid. Version 1 (saved without config_version) said so
-# with patch_proj="convstem" and carried stem_channels=(32, 64) in every other config, unused.
-CONFIG_VERSION = 2
-V1_STEM_CHANNELS = (32, 64)  # version 1's default stem, what patch_proj="convstem" alone still gets
 
 
 @register_config
@@ -74,7 +69,7 @@ class ViTConfig(ModelFamily):
     qkv_bias: bool = True
     class_token: bool = True
     pos_embed: str = "learn"  # "learn" | "sincos" | "none"
-    patch_proj: str = "conv"  # "conv" | "linear": same map, two implementations ("convstem": old name of a stem)
+    patch_proj: str = "conv"  # "conv" | "linear": same map, two implementations
     stem_channels: tuple[int, ...] = ()  # () plain patches; else the hybrid: a conv stem of stride-2 stages this wide
     init_values: float | None = None  # layer scale initial value; None: no layer scale
     drop_rate: float = 0.0  # dropout on the pooled features before the head
@@ -85,29 +80,8 @@ class ViTConfig(ModelFamily):
     norm_eps: float = 1e-6
     fused_attn: bool = True  # scaled_dot_product_attention; False: the explicit formula
     dynamic_img_size: bool = False  # accept other image sizes, resampling the position embedding on the fly
-    config_version: int = CONFIG_VERSION  # how a saved config's fields are read (see `from_saved`)
-
-    @classmethod
-    def from_saved(cls, saved: dict[str, Any]) -> ViTConfig:
-        """The config of a saved dict (`config_from_dict` calls this). A dict without config_version was saved by
-        version 1, where patch_proj="convstem" was the hybrid and every other config carried the unused default
-        stem_channels=(32, 64), which now would mean a stem."""
-        saved = dict(saved)
-        if "config_version" not in saved:
-            if saved.get("patch_proj") == "convstem":
-                saved["patch_proj"] = "conv"
-            else:
-                saved["stem_channels"] = ()
-            saved["config_version"] = CONFIG_VERSION
-        return cls(**saved)
 
     def __post_init__(self) -> None:
-        if self.config_version != CONFIG_VERSION:
-            raise ValueError(f"config_version {self.config_version} is not one this vitlab reads ({CONFIG_VERSION}); "
-                             f"a config saved by a newer vitlab needs that version to load")
-        if self.patch_proj == "convstem":  # the old way to ask for the hybrid, still accepted
-            object.__setattr__(self, "patch_proj", "conv")
-            object.__setattr__(self, "stem_channels", self.stem_channels or V1_STEM_CHANNELS)
         object.__setattr__(self, "stem_channels", tuple(int(c) for c in self.stem_channels))
         if self.patch_proj not in ("conv", "linear"):
             raise ValueError(f"patch_proj must be 'conv' or 'linear', got {self.patch_proj!r}; for the hybrid "

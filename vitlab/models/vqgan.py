@@ -244,6 +244,7 @@ class VQGANConfig(ModelFamily):
         "decoder.conv_out": "the last convolution writes every output pixel: PSNR reads its rounding directly",
     }
     tasks: ClassVar[tuple[str, ...]] = ("vqgan",)
+    data_fields: ClassVar[dict[str, str]] = {**ModelFamily.data_fields, "image_size": "resolution"}
     title: ClassVar[str] = "VQGAN"
     description: ClassVar[str] = ("VQGAN (Esser et al., CVPR 2021): a convolutional autoencoder with a learned "
                                   "codebook, trained with perceptual and adversarial losses")

@@ -177,6 +177,13 @@ def load_task_for(run_dir: str | Path, command: str) -> tuple[Task, dict[str, An
     return task, saved
 
 
+def load_for_command(run_dir: str | Path, which: str | None, command: str) -> tuple[Task, nn.Module, dict[str, Any]]:
+    """A task's own command's run (`load_task_for`): its task, its model with `which` weights (None: the ones it
+    selected) and its config.json."""
+    task, saved = load_task_for(run_dir, command)
+    return task, load_run_model(run_dir, RunDir(run_dir).selected_weights(which)), saved
+
+
 def load_run(run_dir: str | Path, which: str | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """The trained model of a run folder, in eval mode, and its config.json. `which` weights as `load_run_model`
     takes them; by default the ones the run selected: best (chosen on validation data) where it kept them, else

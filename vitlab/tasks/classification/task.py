@@ -24,7 +24,7 @@ from ...engine.loop import TaskData
 from ...engine.run import weights_file
 from ...interop.hub import names_remote_weights
 from ...models.deit import DistilledOutput
-from ...models.registry import create_model, get_config
+from ...models.registry import apply_overrides, build_model, get_config
 from ..base import Task, register_task, release_overrides
 from ..weights_options import released
 from .config import (
@@ -183,9 +183,9 @@ class ClassificationTask(Task):
         from ...interop import load_weights
 
         c, b = self.config, self.bundle
-        model = create_model(c.model, **{**release_overrides(self.config), "num_classes": b.num_classes,
-                                         "in_chans": b.channels, "img_size": b.img_size, "drop_path_rate": c.drop_path,
-                                         **c.model_overrides})
+        config = get_config(c.model, **release_overrides(self.config)).for_data(
+            classes=b.num_classes, channels=b.channels, image_size=b.img_size, drop_path=c.drop_path)
+        model = build_model(apply_overrides(config, **c.model_overrides), c.model)
         if c.weights:
             load_weights(model, weights_file(c.weights), strict=c.strict)
         teacher = load_teacher(c.teacher, b).to(self.dist.device) if c.teacher else None

@@ -32,7 +32,7 @@ from ...models.backbones import classifier_to_backbone_state
 from ...models.denoising import noised_queries
 from ...models.detr_postprocess import postprocess
 from ...models.family import family_config
-from ...models.registry import create_model
+from ...models.registry import apply_overrides, build_model, get_config
 from ...models.set_prediction import SetPrediction
 from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .coco_eval import coco_metrics
@@ -161,8 +161,8 @@ class DetectionTask(Task):
         if c.dn_groups:
             overrides["denoising"] = True  # the denoising queries' embeddings
         classes = num_classes or self.train_set.num_classes
-        model = create_model(c.model, **{**release_overrides(self.config), "num_classes": classes,
-                                         "aux_loss": c.aux_loss, **overrides})
+        config = get_config(c.model, **release_overrides(self.config)).for_data(classes=classes)
+        model = build_model(apply_overrides(config, aux_loss=c.aux_loss, **overrides), c.model)
         if c.weights or c.backbone_weights:
             from ...checkpoint import read_state_dict
             from ...engine.run import weights_file

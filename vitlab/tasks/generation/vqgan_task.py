@@ -21,7 +21,7 @@ from ...engine.distributed import DistInfo
 from ...engine.loaders import TensorLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
-from ...models.registry import create_model, get_config
+from ...models.registry import build_model, get_config
 from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .config import GenerationEvalOptions, VQGANServeOptions, VQGANTaskConfig
 from .losses import adaptive_weight, generator_loss, hinge_d_loss
@@ -119,7 +119,8 @@ class VQGANTask(Task):
         config = self.model_config()
         if not config.disc_layers:
             raise OptionError("model", f"{c.model} has no discriminator (disc_layers=0); training needs one")
-        model = create_model(c.model, **{**release_overrides(self.config), "resolution": self.image_size()})
+        model = build_model(get_config(c.model, **release_overrides(self.config)).for_data(
+            image_size=self.image_size()), c.model)
         if c.weights:
             from ...interop import load_weights
 

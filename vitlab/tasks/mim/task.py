@@ -22,7 +22,7 @@ from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
-from ...models.registry import create_model, get_config
+from ...models.registry import apply_overrides, build_model, get_config
 from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .config import MIMConfig, MIMEvalOptions, MIMPredictOptions
 
@@ -115,10 +115,9 @@ class MIMTask(Task):
 
         c = self.config
         self.model_config()
-        overrides = {"img_size": self.img_size()}
-        if c.mask_ratio is not None:
-            overrides["mask_ratio"] = c.mask_ratio
-        model = create_model(c.model, **{**release_overrides(self.config), **overrides})
+        config = get_config(c.model, **release_overrides(self.config)).for_data(image_size=self.img_size())
+        model = build_model(config if c.mask_ratio is None else apply_overrides(config, mask_ratio=c.mask_ratio),
+                            c.model)
         if c.weights:
             from ...engine.run import weights_file
 

@@ -28,7 +28,7 @@ from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader
 from ...engine.loop import TaskData
 from ...engine.options import OptionError
-from ...models.registry import create_model, get_config
+from ...models.registry import build_model, get_config
 from ..base import Task, register_task, release_overrides, with_absolute_paths
 from .config import SegmentationConfig, SegmentationEvalOptions, SegmentationPredictOptions, SegmentationServeOptions
 from .metrics import confusion_matrix, scores
@@ -147,8 +147,9 @@ class SegmentationTask(Task):
         c = self.config
         self.model_config()
         classes = num_classes or len(self.class_names)
-        model = create_model(c.model, **{**release_overrides(self.config), "num_classes": classes,
-                                         "img_size": self.crop_size()})
+        config = get_config(c.model, **release_overrides(self.config)).for_data(classes=classes,
+                                                                                image_size=self.crop_size())
+        model = build_model(config, c.model)
         if c.weights:
             load_start(model, c.weights, strict=c.strict)
         return model

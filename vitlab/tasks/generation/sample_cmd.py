@@ -1,5 +1,4 @@
-"""`vitlab sample RUN --out grid.png`: class-conditional samples of a prior run, as one picture;
-`vitlab reconstruct RUN IMAGE... --out DIR`: images through a VQGAN run's autoencoder (or a prior run's VQGAN)."""
+"""`vitlab sample RUN --out grid.png`: class-conditional samples of a prior run, as one picture."""
 
 from __future__ import annotations
 
@@ -31,46 +30,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_sample)
 
 
-@command("reconstruct", order=170)
-def add_reconstruct_parser(subparsers: argparse._SubParsersAction) -> None:
-    r = subparsers.add_parser("reconstruct", help="encode images to codes and decode them with a trained VQGAN run")
-    r.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task vqgan` (or a prior "
-                   "run: its VQGAN)")
-    r.add_argument("images", metavar="IMAGE", nargs="+", help="image files (any format Pillow reads), resized to the "
-                   "run's images")
-    r.add_argument("--out", metavar="DIR", required=True, help="write NAME_reconstruction.png (input | output) here")
-    add_weights_flag(r, None, SELECTED_WEIGHTS)
-    r.add_argument("--json", action="store_true", help="print the results as JSON (with the code grid) "
-                   "(default: text)")
-    r.set_defaults(run=run_reconstruct)
-
-
-def _load(run_dir: str, which: str | None, command: str):
-    from ...engine.run import RunDir
-    from ..launch import load_run_model, load_task_for
-
-    task, saved = load_task_for(run_dir, command)
-    which = RunDir(run_dir).selected_weights(which)
-    return task, load_run_model(run_dir, which), saved
-
-
 def run_sample(args: argparse.Namespace) -> int:
+    from ..launch import load_for_command
     from .inference import sample_grid
 
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}")
-    task, model, saved = _load(args.run_dir, args.weights, "sample")
+    task, model, saved = load_for_command(args.run_dir, args.weights, "sample")
     result = sample_grid(task, model, saved, args.out, args.class_index, args.n, args.temperature, args.top_k,
                          args.top_p, args.seed, args.use_cache)
     print(json.dumps(result) if args.json else f"{result['samples']} samples of {', '.join(result['classes'])} "
           f"-> {result['out']}")
-    return 0
-
-
-def run_reconstruct(args: argparse.Namespace) -> int:
-    from .inference import format_reconstruction, reconstruct_files
-
-    task, model, saved = _load(args.run_dir, args.weights, "reconstruct")
-    results = reconstruct_files(task, model, saved, args.images, args.out)
-    print(json.dumps(results) if args.json else "\n".join(format_reconstruction(item) for item in results))
     return 0
