@@ -18,7 +18,7 @@ def test_each_fact_goes_to_the_familys_field_for_it():
 def test_a_fact_not_said_changes_nothing_and_an_unknown_one_is_refused():
     config = get_config("vit_mini_patch7_28")
     assert config.for_data(classes=None, channels=None) == config
-    with pytest.raises(TypeError, match="unknown data fact 'colours'; the facts are classes, channels"):
+    with pytest.raises(TypeError, match="unknown data fact 'colours'; the facts are classes, labels, channels"):
         config.for_data(colours=3)
 
 

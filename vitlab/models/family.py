@@ -87,8 +87,14 @@ class ExportSpec:
     onnx_fusion: dict[str, Any] | None = None  # onnxruntime transformer optimizer's arguments (model_type, ...)
 
 
+@dataclass(frozen=True)
 class ModelFamily:
-    """Mixed into a family's config dataclass: the defaults of what a family declares (see the module's doc)."""
+    """Mixed into a family's config dataclass: the defaults of what a family declares (see the module's doc), and
+    the one field every family's config has, its `labels`."""
+
+    # what each output class is, by index (a detector's "no object" column is not one): filled from the data when a
+    # run trains (for_data) and written wherever the config goes; () where unknown or not classes (a restorer's)
+    labels: tuple[str, ...] = field(default=(), kw_only=True)
 
     family: ClassVar[str]
     title: ClassVar[str] = ""  # its name in prose: "Deformable DETR"
@@ -102,17 +108,22 @@ class ModelFamily:
     releases: ClassVar[dict[str, Release]] = {}
     # the field each of a task's data facts goes to (for_data); a family names its own where it differs (a VQGAN's
     # image size is its `resolution`)
-    data_fields: ClassVar[dict[str, str]] = {"classes": "num_classes", "channels": "in_chans", "image_size": "img_size",
-                                             "drop_path": "drop_path_rate"}
+    data_fields: ClassVar[dict[str, str]] = {"classes": "num_classes", "labels": "labels", "channels": "in_chans",
+                                             "image_size": "img_size", "drop_path": "drop_path_rate"}
 
     def for_data(self, **facts: Any) -> Any:
-        """This config fitted to what a task's data says: `classes` (how many), `channels`, `image_size`, and the
-        `drop_path` rate the task trains with; each set on the family's field for it (`data_fields`), None: not
-        said. A fact the family has no field for is refused (a greyscale image for a model that cannot take one),
-        but for stochastic depth, which a family without it (a convnet) does not have to offer."""
+        """This config fitted to what a task's data says: `classes` (how many) and their `labels` (names, by index:
+        the count where `classes` is not said), `channels`, `image_size`, and the `drop_path` rate the task trains
+        with; each set on the family's field for it (`data_fields`), None: not said. A fact the family has no field
+        for is refused (a greyscale image for a model that cannot take one), but for stochastic depth, which a family
+        without it (a convnet) does not have to offer."""
         import dataclasses
 
         names = {f.name for f in dataclasses.fields(self)}
+        if facts.get("labels") is not None:
+            facts = {**facts, "labels": tuple(str(label) for label in facts["labels"])}
+            if facts.get("classes") is None and self.data_fields["classes"] in names:
+                facts["classes"] = len(facts["labels"])
         changes = {}
         for fact, value in facts.items():
             if fact not in self.data_fields:
@@ -123,7 +134,9 @@ class ModelFamily:
                 raise ValueError(f"the {self.family} family has no {self.data_fields[fact]}: a model of it cannot be "
                                  f"fitted to data with {fact}={value}")
             changes[self.data_fields[fact]] = value
-        return dataclasses.replace(self, **changes)
+        fitted = dataclasses.replace(self, **changes)
+        check_labels(fitted)
+        return fitted
 
     def summary(self) -> dict[str, Any]:
         """The sizes shown for a model of this config: image, patch, dim, depth, heads, classes (None: not one)."""
@@ -206,3 +219,11 @@ def family_config(module: nn.Module) -> ModelFamily | None:
     (a test's stand-in, a plain torch module). The one place the layers above ask a module whether it is one."""
     config = getattr(module, "config", None)
     return config if isinstance(config, ModelFamily) else None
+
+
+def check_labels(config: ModelFamily) -> None:
+    """Refuse labels that disagree with the head: one name per output class, where the family counts classes."""
+    classes = getattr(config, config.data_fields["classes"], None)  # None: a family without classes (a restorer)
+    if config.labels and classes is not None and len(config.labels) != classes:
+        raise ValueError(f"{len(config.labels)} labels for a head of {classes} classes: a {config.family} config's "
+                         f"labels name each class of its head, in order; give {classes} names or none")

@@ -16,7 +16,7 @@ from typing import Any
 from torch import nn
 
 from ..registry import Registry
-from .family import Model
+from .family import Model, check_labels
 
 # the modules of this package register their families and presets on import: the first lookup imports them all
 # (a family defined elsewhere registers when its own module is imported)
@@ -121,6 +121,7 @@ def create_model(name: str, **overrides: Any) -> nn.Module:
 
 def build_model(config: Any, name: str | None = None) -> Model:
     """The model of `config` (a registered model's, fitted and overridden: `name`), with fresh weights."""
+    check_labels(config)
     model = config.build()
     if not isinstance(model, Model):
         raise TypeError(f"the {config.family} family builds a {type(model).__name__}, which is not a "

@@ -109,10 +109,11 @@ def graph_for(model: nn.Module, example: tuple[torch.Tensor, ...] | None = None,
     check_exportable(model)
     model = model.eval()
     spec = model.export_spec(example, task)
+    labels = config_of(model).labels  # written into every exported file's metadata: the names travel with the graph
     # what every backend runs: the model's outputs, computed the fast way
     return Graph(spec.kind, _Returns(inference_model(model), spec.outputs), spec.input_names, spec.output_names,
-                 spec.example, spec.dynamic, spec.method, spec.task, dict(spec.meta), family_of(model),
-                 spec.onnx_fusion)
+                 spec.example, spec.dynamic, spec.method, spec.task,
+                 {**spec.meta, **({"labels": list(labels)} if labels else {})}, family_of(model), spec.onnx_fusion)
 
 
 def pack(family: str | None, outputs: list[torch.Tensor]) -> Any:

@@ -184,7 +184,7 @@ class ClassificationTask(Task):
 
         c, b = self.config, self.bundle
         config = get_config(c.model, **release_overrides(self.config)).for_data(
-            classes=b.num_classes, channels=b.channels, image_size=b.img_size, drop_path=c.drop_path)
+            classes=b.num_classes, labels=b.classes, channels=b.channels, image_size=b.img_size, drop_path=c.drop_path)
         model = build_model(apply_overrides(config, **c.model_overrides), c.model)
         if c.weights:
             load_weights(model, weights_file(c.weights), strict=c.strict)

@@ -161,7 +161,8 @@ class DetectionTask(Task):
         if c.dn_groups:
             overrides["denoising"] = True  # the denoising queries' embeddings
         classes = num_classes or self.train_set.num_classes
-        config = get_config(c.model, **release_overrides(self.config)).for_data(classes=classes)
+        names = self.train_set.category_names if num_classes is None else None  # a count given alone: no data
+        config = get_config(c.model, **release_overrides(self.config)).for_data(classes=classes, labels=names)
         model = build_model(apply_overrides(config, aux_loss=c.aux_loss, **overrides), c.model)
         if c.weights or c.backbone_weights:
             from ...checkpoint import read_state_dict

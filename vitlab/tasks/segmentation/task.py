@@ -147,7 +147,8 @@ class SegmentationTask(Task):
         c = self.config
         self.model_config()
         classes = num_classes or len(self.class_names)
-        config = get_config(c.model, **release_overrides(self.config)).for_data(classes=classes,
+        names = self.class_names if num_classes is None else None  # a count given alone: no data
+        config = get_config(c.model, **release_overrides(self.config)).for_data(classes=classes, labels=names,
                                                                                 image_size=self.crop_size())
         model = build_model(config, c.model)
         if c.weights:

@@ -1,0 +1,66 @@
+"""Labels belong to the model: a config carries its classes' names, filled from the data when a run trains, written
+with the weights (the run's config.json, vitlab's safetensors metadata, an exported graph's metadata) and read back
+from each; names that disagree with the head are refused."""
+
+import json
+
+import pytest
+import torch
+
+import vitlab
+from vitlab.models import config_from_dict, config_to_dict, get_config
+from vitlab.models.registry import build_model
+
+
+def test_labels_fit_the_head_or_are_refused_naming_both_sizes():
+    config = get_config("vit_mini_patch7_28").for_data(labels=["cat", "dog", "bird"])
+    assert (config.num_classes, config.labels) == (3, ("cat", "dog", "bird"))  # the count follows the names
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(config)))) == config  # saved and read back
+    with pytest.raises(ValueError, match="3 labels for a head of 10 classes"):
+        get_config("vit_mini_patch7_28").for_data(classes=10, labels=["cat", "dog", "bird"])
+    with pytest.raises(ValueError, match="2 labels for a head of 92 classes"):
+        build_model(get_config("detr_small", num_classes=92, labels=("person", "bicycle")))
+    assert get_config("vqgan_small", labels=("a",)).labels == ("a",)  # a family without classes: nothing to match
+
+
+@pytest.mark.slow
+def test_a_run_writes_its_classes_names_wherever_its_weights_go(trained, tmp_path):
+    from vitlab.cli.main import main
+    from vitlab.interop import load_model
+    from vitlab.runtime.export import read_metadata
+
+    for name in ("cls", "detr"):
+        run = trained[name]
+        saved = json.loads((run / "config.json").read_text())
+        names = tuple(saved["data"]["classes"])
+        assert tuple(saved["model_config"]["labels"]) == names  # config.json
+        model = load_model(run / "best.safetensors")
+        assert model.config.labels == names  # the safetensors file's own metadata, read without the run
+        out = tmp_path / f"{name}.onnx"
+        assert main(["export", str(run), "--format", "onnx", "--out", str(out)]) == 0
+        assert tuple(read_metadata(out)["labels"]) == names  # the exported graph's
+
+
+@pytest.mark.slow
+def test_predict_names_the_classes_from_the_model(trained, tmp_path, capsys):
+    """The names come with the weights: a run whose config.json says other class names still answers with the
+    model's own."""
+    import shutil
+
+    from PIL import Image
+
+    from vitlab.cli.main import main
+
+    run = tmp_path / "run"
+    shutil.copytree(trained["cls"], run)
+    saved = json.loads((run / "config.json").read_text())
+    names = vitlab.interop.load_model(run / "best.safetensors").config.labels
+    saved["data"]["classes"] = [f"not {name}" for name in saved["data"]["classes"]]
+    (run / "config.json").write_text(json.dumps(saved))
+    image = tmp_path / "grey.png"
+    Image.fromarray(torch.full((28, 28), 128, dtype=torch.uint8).numpy()).save(image)
+    capsys.readouterr()
+    assert main(["predict", str(run), str(image), "--json", "--top-k", "10"]) == 0
+    answer = json.loads(capsys.readouterr().out)[0]["top_k"]
+    assert len(answer) == len(names) == 10
+    assert [item["class"] for item in answer] == [names[item["index"]] for item in answer]
