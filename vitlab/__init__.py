@@ -50,7 +50,10 @@ def create_model(
         from .interop.hub import release_for
 
         release = release_for(name, pretrained)
-    model = models.create_model(name, **{**(release.overrides if release else {}), **overrides})
+    config = models.get_config(name, **{**(release.overrides if release else {}), **overrides})
+    if release is not None and release.labels is not None and "labels" not in overrides:
+        config = config.named(release.labels())  # its classes' names, where its head is still the release's
+    model = models.registry.build_model(config, name)
     source = release.tag if release else weights
     if source is not None:
         from .interop import load_weights

@@ -243,3 +243,42 @@ def test_a_release_that_needs_a_browser_says_so_before_any_request(local_hub):
     with pytest.raises(DownloadError, match="needs a browser") as error:
         hub.fetch(release.tag)
     assert release.source in str(error.value) and local_hub.requests == []
+
+
+def test_a_release_names_its_classes_where_its_head_is_the_releases(local_hub, monkeypatch, tmp_path):
+    """A release's labels (Release.labels) come with its model, by create_model and by conversion; a head for other
+    classes has no names (the release's would be wrong), and names that do not fit the file's head are not used."""
+    from vitlab.interop import load_model
+
+    torch.manual_seed(0)
+    sha = publish_timm(local_hub, REPO, "vit_tiny_patch16_224", **ARCH)
+    names = tuple(f"class {i}" for i in range(10))
+    add_release(monkeypatch, Release(TAG, REPO, "timm", "model.safetensors", revision=sha, licence="test",
+                                     metric={"top1": 1.0}, dataset="none", overrides=ARCH, labels=lambda: names))
+    assert vitlab.create_model(TAG, pretrained=True).config.labels == names
+    fine_tuned = vitlab.create_model("vit_tiny_patch16_224", pretrained="local_test", num_classes=5)
+    assert fine_tuned.config.num_classes == 5 and fine_tuned.config.labels == ()
+    assert main(["convert", TAG, str(tmp_path / "converted.safetensors")]) == 0
+    assert load_model(tmp_path / "converted.safetensors").config.labels == names  # written with the weights
+    add_release(monkeypatch, Release(TAG, REPO, "timm", "model.safetensors", revision=sha, licence="test",
+                                     metric={"top1": 1.0}, dataset="none", overrides=ARCH, labels=lambda: names[:3]))
+    assert vitlab.create_model(TAG, pretrained=True).config.labels == ()  # 3 names for 10 classes: not these
+
+
+def test_the_known_label_sets_are_imagenet_1k_and_cocos_91_slots():
+    """ImageNet-1k's names in the head's order, as timm's own label table has them (each of torchvision's names is
+    one of the lemmas timm lists for the same index); COCO's 91 slots with "N/A" at id 0 and its ten unused ids."""
+    from timm.data import ImageNetInfo
+
+    from vitlab.models.labels import coco_91, imagenet_1k
+
+    names = imagenet_1k()
+    lemmas = ImageNetInfo().label_descriptions()  # "tench, Tinca tinca", ... by index
+    assert len(names) == len(lemmas) == 1000
+    misses = [i for i, (name, lemma) in enumerate(zip(names, lemmas))
+              if name.lower() not in [part.strip().lower() for part in lemma.split(",")]]
+    assert len(misses) < 50, misses[:10]  # torchvision renamed a few duplicates ("crane" the bird and the machine)
+    coco = coco_91()
+    assert len(coco) == 91 and [i for i, name in enumerate(coco) if name == "N/A"] == [
+        0, 12, 26, 29, 30, 45, 66, 68, 69, 71, 83]  # the ids COCO 2017 leaves unused, and slot 0
+    assert (coco[1], coco[18], coco[90]) == ("person", "dog", "toothbrush")

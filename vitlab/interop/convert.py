@@ -8,7 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from ..checkpoint import load_model, save_weights
-from ..models.registry import config_type, get_config
+from ..models.registry import build_model, config_type, get_config
 from .formats import load_weights, read_checkpoint
 from .hub import fetch, release_named
 
@@ -23,7 +23,8 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
     adds (for a timm ViT, the head count of the registered model of that size).
     """
     release = release_named(path)  # a release knows its model and architecture
-    release_overrides = release.overrides if release else {}
+    release_overrides = dict(release.config_overrides) if release else {}
+    labels = release_overrides.pop("labels", None)  # the release's names, where the file's head is the release's
     model_name = model_name or (release.model if release else None)
     path = fetch(path)
     _, info = read_checkpoint(path)
@@ -40,9 +41,7 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
         raise ValueError(f"{path}: {needs_name}; name the model: --model NAME (vitlab models)")
     else:
         config = config_type(family)(**arch)
-    model = config.build()
-    model.model_name = model_name
-    return load_weights(model, path)
+    return load_weights(build_model(config.named(labels), model_name), path)
 
 
 def convert(src: str | os.PathLike, dst: str | os.PathLike, model_name: str | None = None) -> Path:

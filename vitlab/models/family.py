@@ -53,6 +53,12 @@ class Release:
     dataset: str = ""  # what `metric` was measured on
     overrides: dict[str, Any] = field(default_factory=dict)  # config fields the release sets beyond its preset's
     note: str = ""  # what could not be verified, or what the source needs (a browser, a licence to accept)
+    labels: Callable[[], tuple[str, ...]] | None = None  # its classes' names (models/labels.py), read when asked
+
+    @property
+    def config_overrides(self) -> dict[str, Any]:
+        """The config fields a model of this release has beyond its preset's: `overrides`, and its labels."""
+        return {**self.overrides, **({"labels": self.labels()} if self.labels else {})}
 
     @property
     def model(self) -> str:
@@ -134,9 +140,22 @@ class ModelFamily:
                 raise ValueError(f"the {self.family} family has no {self.data_fields[fact]}: a model of it cannot be "
                                  f"fitted to data with {fact}={value}")
             changes[self.data_fields[fact]] = value
+        count = getattr(self, self.data_fields["classes"], None)
+        if changes.get(self.data_fields["classes"], count) != count and "labels" not in changes:
+            changes["labels"] = ()  # a head for other classes, unnamed: the release's names no longer apply
         fitted = dataclasses.replace(self, **changes)
         check_labels(fitted)
         return fitted
+
+    def named(self, labels: tuple[str, ...] | None) -> Any:
+        """This config with `labels` where they name each class of its head; else as it is (a file whose head is
+        not the release's: its classes are unknown, not the release's)."""
+        import dataclasses
+
+        count = getattr(self, self.data_fields["classes"], None)
+        if not labels or (count is not None and len(labels) != count):
+            return self
+        return dataclasses.replace(self, labels=tuple(labels))
 
     def summary(self) -> dict[str, Any]:
         """The sizes shown for a model of this config: image, patch, dim, depth, heads, classes (None: not one)."""

@@ -83,7 +83,7 @@ def release_overrides(config: Any) -> dict[str, Any]:
     classes), where it is a release of the run's model; the task's own arguments (its classes, its crop) come
     after."""
     release = released(getattr(config, "weights", None))  # a task whose config takes no weights: none
-    return dict(release.overrides) if release and release.model == config.model else {}
+    return release.config_overrides if release and release.model == config.model else {}
 
 
 class TrainingTask(Trainable):
