@@ -282,3 +282,24 @@ def test_the_known_label_sets_are_imagenet_1k_and_cocos_91_slots():
     assert len(coco) == 91 and [i for i, name in enumerate(coco) if name == "N/A"] == [
         0, 12, 26, 29, 30, 45, 66, 68, 69, 71, 83]  # the ids COCO 2017 leaves unused, and slot 0
     assert (coco[1], coco[18], coco[90]) == ("person", "dog", "toothbrush")
+
+
+def test_a_hugging_face_checkpoint_brings_its_id2label_and_never_placeholders(local_hub, tmp_path):
+    """transformers' id2label is read as the model's labels (the converted file keeps them); its LABEL_0, LABEL_1
+    defaults name nothing and give none."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    from vitlab.interop import load_model, model_from_checkpoint
+
+    torch.manual_seed(0)
+    arch = dict(image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=1, num_attention_heads=3,
+                intermediate_size=96)
+    named = ViTConfig(**arch, id2label={0: "cat", 1: "dog", 2: "bird"}, label2id={"cat": 0, "dog": 1, "bird": 2})
+    publish_transformers(local_hub, "vitlab-test/hf-vit-named", ViTForImageClassification(named).eval())
+    model = model_from_checkpoint("hf-hub:vitlab-test/hf-vit-named")
+    assert (model.config.num_classes, model.config.labels) == (3, ("cat", "dog", "bird"))
+    assert main(["convert", "hf-hub:vitlab-test/hf-vit-named", str(tmp_path / "named.safetensors")]) == 0
+    assert load_model(tmp_path / "named.safetensors").config.labels == ("cat", "dog", "bird")
+    publish_transformers(local_hub, "vitlab-test/hf-vit-unnamed", ViTForImageClassification(
+        ViTConfig(**arch, num_labels=3)).eval())
+    assert model_from_checkpoint("hf-hub:vitlab-test/hf-vit-unnamed").config.labels == ()

@@ -32,6 +32,7 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
         return load_model(path)
     arch = dict(info.architecture)
     family = arch.pop("family")
+    labels = arch.pop("labels", None) or labels  # the file's own names first (a Hugging Face id2label)
     needs_name = arch.pop("needs_model_name", None)
     decides = info.converter.decides if info.converter else None
     if model_name is not None:

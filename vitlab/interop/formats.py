@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,31 @@ def read_checkpoint(path: str | os.PathLike, *, offline: bool | None = None
     converted = converter.convert(state, hf_config)
     architecture = {"family": converter.family,
                     **converter.architecture(converted, CheckpointFile(path, hf_config, state))}
+    file_labels = labels_of(hf_config)
+    if file_labels and "labels" not in architecture:
+        architecture["labels"] = file_labels
     return converted, CheckpointInfo(converter.source(state, hf_config), architecture.get("norm_eps"), architecture,
                                      metadata, converter)
+
+
+def labels_of(hf_config: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The class names a Hugging Face config.json gives, by index: transformers' `id2label` (every index from 0,
+    and not its LABEL_0, LABEL_1, ... placeholders, which name nothing) or timm's `label_names`; None where it
+    gives none. Read, never invented."""
+    if not hf_config:
+        return None
+    id2label = hf_config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        try:
+            indexed = {int(key): str(name) for key, name in id2label.items()}
+        except (TypeError, ValueError):
+            return None
+        if sorted(indexed) != list(range(len(indexed))):
+            return None
+        names = tuple(indexed[i] for i in range(len(indexed)))
+        return None if all(re.fullmatch(r"LABEL_\d+", name) for name in names) else names
+    names = hf_config.get("label_names") or (hf_config.get("pretrained_cfg") or {}).get("label_names")
+    return tuple(str(name) for name in names) if isinstance(names, list) and names else None
 
 
 def convert_state(state: State, what: str = "the state dict") -> State:
