@@ -64,3 +64,22 @@ def test_predict_names_the_classes_from_the_model(trained, tmp_path, capsys):
     answer = json.loads(capsys.readouterr().out)[0]["top_k"]
     assert len(answer) == len(names) == 10
     assert [item["class"] for item in answer] == [names[item["index"]] for item in answer]
+
+
+@pytest.mark.slow
+def test_a_detectors_predictions_are_named_by_the_model(trained, tmp_path, capsys):
+    import shutil
+
+    from vitlab.cli.main import main
+
+    run = tmp_path / "detr"
+    shutil.copytree(trained["detr"], run)
+    saved = json.loads((run / "config.json").read_text())
+    names = vitlab.interop.load_model(run / "best.safetensors").config.labels
+    saved["data"]["classes"] = [f"not {name}" for name in saved["data"]["classes"]]
+    (run / "config.json").write_text(json.dumps(saved))
+    image = sorted((trained["scenes"] / "images" / "val").glob("*.png"))[0]
+    capsys.readouterr()
+    assert main(["predict", str(run), str(image), "--threshold", "0.0", "--json"]) == 0
+    detections = json.loads(capsys.readouterr().out)[0]["detections"]
+    assert detections and all(d["label"] in names for d in detections)

@@ -44,6 +44,7 @@ from torch import nn
 from ..engine.config import LoopConfig
 from ..engine.distributed import DistInfo
 from ..engine.loop import TaskData, Trainable
+from ..models.family import family_config
 from ..registry import Registry
 from .weights_options import released
 
@@ -76,6 +77,13 @@ TASKS: Registry[type[Task]] = Registry("task", discover=__name__.rpartition(".")
 def register_task(cls: type[Task]) -> type[Task]:
     """Class decorator: make a task known to `train`, the command line and the server, under `cls.name`."""
     return TASKS.register(cls.name, cls)
+
+
+def class_names(model: nn.Module, saved: dict[str, Any]) -> list[str]:
+    """What a run's model calls its classes: its own labels (they travel with the weights), else the names its run's
+    data recorded (a model saved without them)."""
+    config = family_config(model)
+    return list(config.labels) if config is not None and config.labels else list(saved["data"]["classes"])
 
 
 def release_overrides(config: Any) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     """Top-k classes of each image file, preprocessed as the run's evaluation data was."""
     from ...data.images import INPUT_HINT, read_image
     from ...data.transforms import build_eval_transform
-    from ...models.family import family_config
+    from ..base import class_names
 
     data = saved["data"]
     transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
@@ -80,8 +80,7 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     probs = with_test_time_flip(model, run_flips(saved))(images).softmax(-1)
     k = min(top_k, probs.shape[-1])
     values, indices = probs.topk(k, dim=-1)
-    config = family_config(model)
-    labels = (config.labels if config is not None else ()) or data["classes"]  # the model's own, else the run's
+    labels = class_names(model, saved)
     return [
         {"image": str(path),
          "top_k": [{"class": labels[i], "index": int(i), "probability": float(p)}

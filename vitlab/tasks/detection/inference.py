@@ -59,7 +59,9 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     pixels; with `out`, the image with its boxes drawn is written there as NAME.png."""
     if not 0.0 <= threshold < 1.0:
         raise ValueError(f"--threshold must be in [0, 1), got {threshold}")
-    classes, category_ids = saved["data"]["classes"], saved["data"]["category_ids"]
+    from ..base import class_names
+
+    classes, category_ids = class_names(model, saved), saved["data"]["category_ids"]
     transforms = image_transforms(task.config.max_size, mean=IMAGENET_MEAN, std=IMAGENET_STD)
     model.eval()
     device = next(model.parameters()).device
