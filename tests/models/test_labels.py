@@ -42,26 +42,31 @@ def test_a_run_writes_its_classes_names_wherever_its_weights_go(trained, tmp_pat
             assert tuple(read_metadata(out)["labels"]) == names  # the exported graph's
 
 
+def renamed_copy(source, run):
+    """A copy of the run `source` at `run` whose config.json names its data's classes otherwise; the model's own
+    labels, which the copy's weights still carry."""
+    import shutil
+
+    shutil.copytree(source, run)
+    saved = json.loads((run / "config.json").read_text())
+    saved["data"]["classes"] = [f"not {name}" for name in saved["data"]["classes"]]
+    (run / "config.json").write_text(json.dumps(saved))
+    return vitlab.interop.load_model(run / "best.safetensors").config.labels
+
+
 @pytest.mark.slow
 def test_predict_names_the_classes_from_the_model(trained, tmp_path, capsys):
     """The names come with the weights: a run whose config.json says other class names still answers with the
     model's own."""
-    import shutil
-
     from PIL import Image
 
     from vitlab.cli.main import main
 
-    run = tmp_path / "run"
-    shutil.copytree(trained["cls"], run)
-    saved = json.loads((run / "config.json").read_text())
-    names = vitlab.interop.load_model(run / "best.safetensors").config.labels
-    saved["data"]["classes"] = [f"not {name}" for name in saved["data"]["classes"]]
-    (run / "config.json").write_text(json.dumps(saved))
+    names = renamed_copy(trained["cls"], tmp_path / "run")
     image = tmp_path / "grey.png"
     Image.fromarray(torch.full((28, 28), 128, dtype=torch.uint8).numpy()).save(image)
     capsys.readouterr()
-    assert main(["predict", str(run), str(image), "--json", "--top-k", "10"]) == 0
+    assert main(["predict", str(tmp_path / "run"), str(image), "--json", "--top-k", "10"]) == 0
     answer = json.loads(capsys.readouterr().out)[0]["top_k"]
     assert len(answer) == len(names) == 10
     assert [item["class"] for item in answer] == [names[item["index"]] for item in answer]
@@ -69,18 +74,11 @@ def test_predict_names_the_classes_from_the_model(trained, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_detectors_predictions_are_named_by_the_model(trained, tmp_path, capsys):
-    import shutil
-
     from vitlab.cli.main import main
 
-    run = tmp_path / "detr"
-    shutil.copytree(trained["detr"], run)
-    saved = json.loads((run / "config.json").read_text())
-    names = vitlab.interop.load_model(run / "best.safetensors").config.labels
-    saved["data"]["classes"] = [f"not {name}" for name in saved["data"]["classes"]]
-    (run / "config.json").write_text(json.dumps(saved))
+    names = renamed_copy(trained["detr"], tmp_path / "detr")
     image = sorted((trained["scenes"] / "images" / "val").glob("*.png"))[0]
     capsys.readouterr()
-    assert main(["predict", str(run), str(image), "--threshold", "0.0", "--json"]) == 0
+    assert main(["predict", str(tmp_path / "detr"), str(image), "--threshold", "0.0", "--json"]) == 0
     detections = json.loads(capsys.readouterr().out)[0]["detections"]
     assert detections and all(d["label"] in names for d in detections)
