@@ -187,6 +187,9 @@ def test_a_toy_task_trains_evaluates_predicts_and_is_served(toy, trained, tmp_pa
     assert "scaled by" in capsys.readouterr().out
     brightened = np.asarray(Image.open(tmp_path / "out" / "grey.png"), dtype=np.float32)
     assert np.abs(brightened - round(128 * 0.25 / expected)).max() <= 1  # the model's reading of the grey image
+    before = path.read_bytes()
+    assert main(["brighten", str(run), str(path), "--out", str(path.parent)]) == 2  # its own input: refused
+    assert "would overwrite it" in capsys.readouterr().err and path.read_bytes() == before
     assert main(["brighten", str(trained_cls), str(path), "--out", str(tmp_path / "no")]) == 2
     assert "`vitlab brighten` takes a brightness run" in capsys.readouterr().err
 

@@ -354,6 +354,8 @@ def run_brighten(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.images:
+        if (out / Path(name).name).resolve() == Path(name).resolve():
+            raise ValueError(f"--out {out} holds {name}: the scaled image would overwrite it; give another folder")
         measured = brightness_of(model, Path(name))
         factor = args.target / max(measured, 1e-3)
         pixels = np.asarray(Image.open(name).convert("L"), dtype=np.float32) * factor

@@ -23,8 +23,8 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
     adds (for a timm ViT, the head count of the registered model of that size).
     """
     release = release_named(path)  # a release knows its model and architecture
-    release_overrides = dict(release.config_overrides) if release else {}
-    labels = release_overrides.pop("labels", None)  # the release's names, where the file's head is the release's
+    release_overrides = release.overrides if release else {}
+    labels = release.labels() if release and release.labels else None  # where the file's head is the release's
     model_name = model_name or (release.model if release else None)
     path = fetch(path)
     _, info = read_checkpoint(path)
