@@ -14,9 +14,11 @@ from typing import Any
 from .hub_server import LocalHub
 
 
-def publish_timm(hub: LocalHub, repo_id: str, model_name: str, *, branch: str = "main", **kwargs: Any) -> str:
+def publish_timm(hub: LocalHub, repo_id: str, model_name: str, *, branch: str = "main",
+                 model_config: dict[str, Any] | None = None, **kwargs: Any) -> str:
     """A timm model `model_name` (made with `kwargs`, random weights) as timm pushes it to the Hub: `save_for_hf`'s
-    config.json (architecture, the model_args that rebuild it, pretrained_cfg) and model.safetensors."""
+    config.json (architecture, the model_args that rebuild it, pretrained_cfg, and `model_config`'s keys, such as
+    label_names) and model.safetensors."""
     import timm
     from timm.models import save_for_hf
 
@@ -24,14 +26,18 @@ def publish_timm(hub: LocalHub, repo_id: str, model_name: str, *, branch: str = 
     with tempfile.TemporaryDirectory() as folder:
         # push_to_hf_hub also writes a README (a model card) and, by default, pytorch_model.bin beside the
         # safetensors file; the loader reads neither when model.safetensors is there
-        save_for_hf(model, folder, safe_serialization=True)
+        save_for_hf(model, folder, model_config=model_config, safe_serialization=True)
         return hub.publish_folder(repo_id, folder, branch, message=f"Add {model_name}")
 
 
-def publish_transformers(hub: LocalHub, repo_id: str, model: Any, *, branch: str = "main") -> str:
-    """A transformers model as `save_pretrained` writes it (config.json, model.safetensors)."""
+def publish_transformers(hub: LocalHub, repo_id: str, model: Any, *, branch: str = "main", processor: Any = None
+                         ) -> str:
+    """A transformers model as `save_pretrained` writes it (config.json, model.safetensors), with its image
+    processor's preprocessor_config.json where one is given."""
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
+        if processor is not None:
+            processor.save_pretrained(folder)
         return hub.publish_folder(repo_id, folder, branch, message=f"Add {type(model).__name__}")
 
 

@@ -68,8 +68,12 @@ def __getattr__(name: str) -> Any:
         from . import interop
 
         return getattr(interop, name)
+    if name in ("pipeline", "Pipeline"):  # tasks, and the task packages, load on first use too
+        from .tasks import pipeline as module
+
+        return getattr(module, name)
     raise AttributeError(f"module 'vitlab' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "create_model", "get_config", "list_models", "list_pretrained", "load_weights",
-           "save_weights"]
+__all__ = ["Pipeline", "__version__", "create_model", "get_config", "list_models", "list_pretrained", "load_weights",
+           "pipeline", "save_weights"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..commands import command
 from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
+from .options import add_source_arguments
 
 
 @command("attention", order=40)
@@ -18,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "attention of each head of one layer; every panel is the input's resolution times a whole "
                     "factor (small images are enlarged to at least 224 pixels).",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run folder from `vitlab train` (or a vitlab .safetensors)")
+    add_source_arguments(p, task=False)
     p.add_argument("images", metavar="IMAGE", nargs="+", help="image files")
     p.add_argument("--out", required=True, help="folder for the PNG files (default: none, required)")
     p.add_argument("--layer", type=int, default=-1, help="layer of the per-head maps, negative from the end "
@@ -34,41 +35,40 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 @command("inspect", order=45)
 def add_inspect_parser(subparsers: argparse._SubParsersAction) -> None:
     q = subparsers.add_parser("inspect", help="position-embedding similarity and patch-filter components")
-    q.add_argument("run_dir", metavar="RUN_DIR", help="run folder from `vitlab train` (or a vitlab .safetensors)")
+    add_source_arguments(q, task=False)
     q.add_argument("--out", required=True, help="folder for the PNG files (default: none, required)")
     add_weights_flag(q, None, SELECTED_WEIGHTS)
     q.set_defaults(run=run_inspect)
 
 
-def _model_and_data(run_dir: str, weights: str | None):
-    from ..interop import load_model
-    from ..tasks import load_run
+def _open(run_dir: str, weights: str | None):
+    from ..tasks.sources import open_source
 
-    source = Path(run_dir)
-    if source.is_file():
-        model = load_model(source).eval()
-        c = model.config
-        size = c.img_size if isinstance(c.img_size, int) else c.img_size[0]
-        return model, {"img_size": size, "channels": c.in_chans, "mean": [0.5] * c.in_chans,
-                       "std": [0.5] * c.in_chans}
-    model, info = load_run(run_dir, weights)
-    return model, info["data"]
+    return open_source(run_dir, weights=weights, task="classification")
 
 
 def run_attention(args: argparse.Namespace) -> int:
     from ..data.images import INPUT_HINT, read_image
+    from ..tasks.base import class_names
+    from ..tasks.classification.inference import preprocessing_of
     from ..viz.attention import image_attention
     from ..viz.render import attention_strip, save_png
 
-    model, data = _model_and_data(args.run_dir, args.weights)
+    source = _open(args.run_dir, args.weights)
+    model, preprocessing = source.model, preprocessing_of(source.saved["data"])
+    if not hasattr(model, "blocks"):
+        raise ValueError(f"{args.run_dir} is not a Vision Transformer (it has no attention blocks): `vitlab attention` "
+                         f"draws a ViT's or a DeiT's attention")
     if not -len(model.blocks) <= args.layer < len(model.blocks):
         raise ValueError(f"--layer must be in {-len(model.blocks)}..{len(model.blocks) - 1}, got {args.layer}")
+    labels = class_names(model, source.saved)
     out = Path(args.out)
     for path in args.images:
-        shown, rollout, heads, probs = image_attention(model, read_image(path, data["channels"], hint=INPUT_HINT), data,
-                                                       args.head_fusion, args.discard_ratio, args.layer)
+        image = read_image(path, preprocessing.channels, hint=INPUT_HINT)
+        shown, rollout, heads, probs = image_attention(model, image, preprocessing, args.head_fusion,
+                                                       args.discard_ratio, args.layer)
         written = save_png(attention_strip(shown, rollout, heads), out / f"{Path(path).stem}_attention.png")
-        print(f"{written}: predicted class {int(probs.argmax())} ({float(probs.max()):.3f}); panels: input, "
+        print(f"{written}: predicted {labels[int(probs.argmax())]} ({float(probs.max()):.3f}); panels: input, "
               f"rollout ({args.head_fusion}), layer {args.layer} heads 0..{heads.shape[0] - 1}")
     return 0
 
@@ -76,7 +76,7 @@ def run_attention(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     from ..viz.inspect import plot_filter_components, plot_position_similarity
 
-    model, _ = _model_and_data(args.run_dir, args.weights)
+    model = _open(args.run_dir, args.weights).model
     out = Path(args.out)
     if model.pos_embed is not None:
         print(f"wrote {plot_position_similarity(model, out / 'position_similarity.png')}")

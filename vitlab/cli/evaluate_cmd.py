@@ -13,7 +13,7 @@ import json
 from ..commands import command
 from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
 from ..tasks.runtime_flags import add_runtime_flags, on_runtime
-from .options import add_task_options, task_options
+from .options import add_source_arguments, add_task_options, task_options
 
 FIELDS: list[str] = []
 
@@ -21,7 +21,7 @@ FIELDS: list[str] = []
 @command("eval", order=20)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help="evaluate a trained run on its test data (or other data)")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
+    add_source_arguments(p)
     add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--split", choices=["test", "val"], default="test",
                    help="which part of the run's data to score (default: test; the validation part where the data "
@@ -33,20 +33,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.run import RunDir
-    from ..tasks import load_task
-    from ..tasks.launch import load_run_model
+    from ..tasks.sources import open_source
 
-    task, saved = load_task(args.run_dir)
+    source = open_source(args.run_dir, task=args.source_task, weights=args.weights)
+    task, model = source.task, source.model
     options = task_options(args, FIELDS, task, "EvalOptions")
-    run_dir = RunDir(args.run_dir)
-    args.weights = run_dir.selected_weights(args.weights)
-    model = load_run_model(run_dir.path, args.weights)
+    if source.run_dir is None and not options.get("data"):
+        raise ValueError(f"{args.run_dir} is a model by name, with no data of its own: give the data to score it "
+                         f"on, --data DIR")
     if task.python_loop:
         if args.runtime != "torch" or args.precision != "fp32":
             raise ValueError(task.python_loop)
     else:
-        model = on_runtime(model, args, args.run_dir, args.weights)
-    result = task.evaluate_run(model, saved, args.run_dir, split=args.split, **options)
-    print(json.dumps(result) if args.json else task.format_evaluation(result, args.weights))
+        model = on_runtime(model, args, source)
+    result = task.evaluate_run(model, source.saved, source.run_dir or source.name, split=args.split, **options)
+    print(json.dumps(result) if args.json else task.format_evaluation(result, source.weights))
     return 0

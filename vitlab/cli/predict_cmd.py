@@ -10,16 +10,16 @@ import json
 from ..commands import command
 from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
 from ..tasks.runtime_flags import add_runtime_flags, on_runtime
-from .options import add_task_options, task_options
+from .options import add_source_arguments, add_task_options, task_options
 
 FIELDS: list[str] = []
 
 
 @command("predict", order=30)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("predict", help="predict with a trained run (classify, detect, segment, restore image "
-                              "files; translate sequences)")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
+    p = subparsers.add_parser("predict", help="predict with a trained run or a released model (classify, detect, "
+                              "segment, restore image files; translate sequences)")
+    add_source_arguments(p)
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="image files (any format Pillow reads), or for a "
                    "seq2seq run source sequences such as \"3 1 4\"")
     add_weights_flag(p, None, SELECTED_WEIGHTS)
@@ -30,20 +30,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine.run import RunDir
-    from ..tasks import load_task
-    from ..tasks.launch import load_run_model
+    from ..tasks.sources import open_source
 
-    task, saved = load_task(args.run_dir)
+    source = open_source(args.run_dir, task=args.source_task, weights=args.weights)
+    task, model = source.task, source.model
     options = task_options(args, FIELDS, task, "PredictOptions")
-    task.options(task.PredictOptions, options)  # bad values refused before the model is loaded
-    args.weights = RunDir(args.run_dir).selected_weights(args.weights)
-    model = load_run_model(args.run_dir, args.weights)
+    task.options(task.PredictOptions, options)  # bad values refused before any input is read
     if task.python_loop:
         if args.runtime != "torch":
             raise ValueError(task.python_loop)
     else:
-        model = on_runtime(model, args, args.run_dir, args.weights)
-    results = task.predict(model, saved, args.inputs, **options)
+        model = on_runtime(model, args, source)
+    results = task.predict(model, source.saved, args.inputs, **options)
     print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))
     return 0

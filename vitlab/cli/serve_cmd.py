@@ -15,8 +15,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description="A page at / with a tab per run, the JSON API under /api (GET /api/runs, "
                                           "POST /api/runs/NAME/predict) and its documentation at /docs. The models "
                                           "load once, at start; Ctrl-C or SIGTERM stops the server cleanly.")
-    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="folders written by `vitlab train` (any image "
-                   "task); each is served under its folder's name")
+    p.add_argument("run_dirs", metavar="RUN_OR_NAME", nargs="+", help="folders written by `vitlab train` (any "
+                   "image task), each served under its folder's name, or models by name: release tags (vitlab models "
+                   "--pretrained), hf-hub:org/name[@rev], weights files")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 serves other machines "
                    "(default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="TCP port (default: 7860)")
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     pool = WorkerPool(args.workers, args.queue)
     threads = pool.share_cores()
     runs = load_runs(args.run_dirs, args.weights,
-                     runtime=lambda model, path, which: on_runtime(model, args, path, which, threads))
+                     runtime=lambda model, source: on_runtime(model, args, source, threads))
     app = create_app(runs, pool, limits, page=args.page)
     for served in runs:
         print(f"  {served.name}: {served.kind}, {served.model_name} ({served.weights} weights), "

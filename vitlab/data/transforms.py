@@ -18,6 +18,7 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from vitlab.data.channels import convert_pil, convert_tensor
+from vitlab.data.preprocessing import Preprocessing
 
 __all__ = [
     "ToChannels",
@@ -66,22 +67,15 @@ def _check_size(img_size: int) -> None:
 
 def build_eval_transform(
     img_size: int, mean: Sequence[float] | float, std: Sequence[float] | float, channels: int = 3
-) -> v2.Compose:
-    """Deterministic pipeline: resize the shorter side to ``img_size``, centre-crop a square, normalise.
+) -> Preprocessing:
+    """Deterministic pipeline: resize the shorter side to ``img_size``, centre-crop a square, normalise (a run's
+    `Preprocessing`, the one its predictions and exported graphs are fed through too).
 
     Input: PIL image or ``(C, H, W) uint8`` tensor. Output: ``(channels, img_size, img_size) float32``.
     """
     _check_size(img_size)
-    return v2.Compose(
-        [
-            ToChannels(channels),
-            v2.ToImage(),
-            v2.Resize(img_size, antialias=True),
-            v2.CenterCrop(img_size),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(_stats(mean, channels, "mean"), _stats(std, channels, "std")),
-        ]
-    )
+    return Preprocessing(resize=img_size, crop=img_size, mean=tuple(_stats(mean, channels, "mean")),
+                         std=tuple(_stats(std, channels, "std")), channels=channels)
 
 
 def build_train_transform(

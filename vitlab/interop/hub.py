@@ -33,6 +33,7 @@ HUB_WEIGHT_FILES = ("model.safetensors", "diffusion_pytorch_model.safetensors", 
                     "diffusion_pytorch_model.bin")
 NEEDS_A_BROWSER = ("drive.google.com",)  # a confirmation page stands before the file
 URL_CACHE_FOLDER = "vitlab--url-releases"  # in the hub's cache, beside its models--org--name folders
+HF_PROCESSOR_FILE = "preprocessor_config.json"  # a transformers image processor's configuration
 WEIGHT_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")  # names of files, never tags
 
 __all__ = ["HF_HUB_PREFIX", "ChecksumError", "DownloadError", "OfflineError", "UnknownReleaseError", "cache_dir",
@@ -194,6 +195,8 @@ def _fetch_hub_folder(repo_id: str, subfolder: str | None, revision: str | None,
             _hub_file(repo_id, "config.json", subfolder, revision, offline)
         except EntryNotFoundError:
             return weights  # a bare state dict, whose keys say what it is
+        with contextlib.suppress(EntryNotFoundError):  # how transformers prepares the model's images
+            _hub_file(repo_id, HF_PROCESSOR_FILE, subfolder, revision, offline)
         return weights.parent
     if offline:
         raise _offline_error(source)

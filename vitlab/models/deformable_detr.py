@@ -42,6 +42,7 @@ from .denoising import DenoisingEmbedding, DenoisingQueries
 from .family import ExportSpec, Model, ModelFamily, Release
 from .labels import coco_91
 from .registry import register_config, register_model
+from .release_inputs import DETR_COCO
 from .set_prediction import (
     BoxHead,
     DetectionOutput,
@@ -313,21 +314,22 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
         Release("deformable_detr_resnet50.coco", "SenseTime/deformable-detr", "huggingface", "model.safetensors",
                 revision="83ecd26945199939cb82806f988debdb71e6f43e",
                 sha256="caf1e3e61283c6ce35cd2d9adaa7033cf40997d4dfe434003bcdb9085cc8cf9b", licence="apache-2.0",
-                metric={"box_ap": 44.5}, dataset="COCO val2017", labels=coco_91,
+                metric={"box_ap": 44.5}, dataset="COCO val2017", labels=coco_91, preprocessing=DETR_COCO,
                 note="revision: the Hugging Face page shows its first 7 digits (main), the full id is a third-party "
                      "audit's (LibreYOLO); the official file is Google Drive "
                      "1nDWZWHuRwtwGden77NLM9JoWe-YisJnA, which needs a browser"),
         Release("deformable_detr_resnet50.coco_box_refine", "SenseTime/deformable-detr-with-box-refine",
                 "huggingface", "model.safetensors", revision="2e9e461623a8fdc296e19666c46c8a4389a3a6fe",
                 sha256="4113700fe8aade398808424b7c5c1304cfbf886adc6450a6ca5d50a702be3373", licence="apache-2.0",
-                metric={"box_ap": 46.2}, dataset="COCO val2017", labels=coco_91, overrides={"with_box_refine": True},
+                metric={"box_ap": 46.2}, dataset="COCO val2017", labels=coco_91, preprocessing=DETR_COCO,
+                overrides={"with_box_refine": True},
                 note="revision: the Hugging Face page shows its first 7 digits (main), the full id is a third-party "
                      "audit's (LibreYOLO); the official file is Google Drive "
                      "1JYKyRYzUH7uo9eVfDaVCiaIGZb5YTCuI, which needs a browser"),
         Release("deformable_detr_resnet50.coco_two_stage", "SenseTime/deformable-detr-with-box-refine-two-stage",
                 "huggingface", "model.safetensors", revision="52c5a7f4ad20bbf8e384c5f6033a25bf0aacff33",
                 sha256="411bb4238a834d40fff651b1b5b7d6dd80c2dd28be1747eec7b6918674e85de6", licence="apache-2.0",
-                metric={"box_ap": 46.9}, dataset="COCO val2017", labels=coco_91,
+                metric={"box_ap": 46.9}, dataset="COCO val2017", labels=coco_91, preprocessing=DETR_COCO,
                 overrides={"with_box_refine": True, "two_stage": True},
                 note="sha256 from a third-party audit (LibreYOLO), not seen on the Hugging Face page; the official "
                      "file is Google Drive 15I03A7hNTpwuLNdfuEmW9_taZMNVssEp, which needs a browser"),

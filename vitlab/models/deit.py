@@ -28,6 +28,7 @@ from torch import nn
 from .family import Release
 from .labels import imagenet_1k
 from .registry import register_config, register_model
+from .release_inputs import IMAGENET, timm_eval
 from .vit import VisionTransformer, ViTConfig, _vit28
 
 
@@ -44,7 +45,8 @@ class DeiTConfig(ViTConfig):
     # full id (not found for deit_tiny and deit_base_distilled); sha256 not yet checked
     releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
         Release(tag, f"timm/{tag}", "timm", "model.safetensors", revision=revision, licence="apache-2.0",
-                metric={"top1": top1}, dataset="ImageNet-1k val", labels=imagenet_1k)
+                metric={"top1": top1}, dataset="ImageNet-1k val", labels=imagenet_1k,
+                preprocessing=timm_eval(224, 0.9, IMAGENET))
         for tag, top1, revision in (
             ("deit_tiny_patch16_224.fb_in1k", 72.2, ""),
             ("deit_small_patch16_224.fb_in1k", 79.9, "38e0e3a79073772ea54733b87885d3d7f6348e8a"),

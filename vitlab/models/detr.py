@@ -34,6 +34,7 @@ from .denoising import DenoisingEmbedding, DenoisingQueries
 from .family import ExportSpec, Model, ModelFamily, Release
 from .labels import coco_91
 from .registry import register_config, register_model
+from .release_inputs import DETR_COCO
 from .set_prediction import (
     BoxHead,
     DetectionOutput,
@@ -160,18 +161,18 @@ class DETRConfig(SetPrediction, ModelFamily):
     releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
         Release("detr_resnet50.coco", "https://dl.fbaipublicfiles.com/detr/detr-r50-e632da11.pth", "official",
                 "detr-r50-e632da11.pth", sha256="e632da11", licence="apache-2.0", metric={"box_ap": 42.0},
-                dataset="COCO val2017", labels=coco_91),
+                dataset="COCO val2017", labels=coco_91, preprocessing=DETR_COCO),
         Release("detr_resnet50.hf_coco", "facebook/detr-resnet-50", "huggingface", "model.safetensors",
                 revision="0f518b5f070d804a491a79b3ca78c0f6694c9429",
                 sha256="830f5e2eeaada8c8c8281779dcc8ab12833972eb8514ed0a35be6c1d4420ad81", licence="apache-2.0",
-                metric={"box_ap": 42.0}, dataset="COCO val2017", labels=coco_91),
+                metric={"box_ap": 42.0}, dataset="COCO val2017", labels=coco_91, preprocessing=DETR_COCO),
         Release("detr_resnet101.coco", "https://dl.fbaipublicfiles.com/detr/detr-r101-2c7b67e5.pth", "official",
                 "detr-r101-2c7b67e5.pth", sha256="2c7b67e5", licence="apache-2.0", metric={"box_ap": 43.5},
-                dataset="COCO val2017", labels=coco_91),
+                dataset="COCO val2017", labels=coco_91, preprocessing=DETR_COCO),
         Release("detr_resnet101.hf_coco", "facebook/detr-resnet-101", "huggingface", "model.safetensors",
                 revision="05d4ab5acd30ea057b800e599ec5e53781f3ebaf",
                 sha256="86cec5ddf787238c249f1eee18c67d403ae04bf74b062766adfcc075ae467809", licence="apache-2.0",
-                metric={"box_ap": 43.5}, dataset="COCO val2017", labels=coco_91),
+                metric={"box_ap": 43.5}, dataset="COCO val2017", labels=coco_91, preprocessing=DETR_COCO),
     )}
     tasks: ClassVar[tuple[str, ...]] = ("detection",)
     title: ClassVar[str] = "DETR"

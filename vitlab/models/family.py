@@ -18,6 +18,7 @@ A family is one file in `models/`: its config dataclass (decorated with `@regist
     releases        its released checkpoints by tag (filled by the families that have them)
     for_data()      the config fitted to a task's data: its classes, channels, image size (and the stochastic
                     depth the task trains with), each set on the family's own field for it (`data_fields`)
+    fact()          what the config says of one of those facts (its image size, its classes), read back
 
 and the model class subclasses `Model`, which says what the layers above ask of a model (its graph, its tasks,
 the parameters kept out of weight decay, its layer groups, how it adapts a checkpoint), with the defaults of a
@@ -54,6 +55,8 @@ class Release:
     overrides: dict[str, Any] = field(default_factory=dict)  # config fields the release sets beyond its preset's
     note: str = ""  # what could not be verified, or what the source needs (a browser, a licence to accept)
     labels: Callable[[], tuple[str, ...]] | None = None  # its classes' names (models/labels.py), read when asked
+    # how its images were prepared when it was scored (a Preprocessing record, models/release_inputs.py)
+    preprocessing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config_overrides(self) -> dict[str, Any]:
@@ -146,6 +149,11 @@ class ModelFamily:
         fitted = dataclasses.replace(self, **changes)
         check_labels(fitted)
         return fitted
+
+    def fact(self, name: str) -> Any:
+        """What this config says of one of a task's data facts (`data_fields`): its `classes`, `labels`, `channels`,
+        `image_size`; None where the family has no field for it."""
+        return getattr(self, self.data_fields[name], None)
 
     def named(self, labels: tuple[str, ...] | None) -> Any:
         """This config with `labels` where they name each class of its head; else as it is (a file whose head is

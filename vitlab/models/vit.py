@@ -28,6 +28,7 @@ from .adapt import adapt_input_channels, fresh_classifiers
 from .family import ExportSpec, Model, ModelFamily, Release
 from .labels import imagenet_1k
 from .registry import register_config, register_model
+from .release_inputs import INCEPTION, timm_eval
 
 
 @register_config
@@ -41,19 +42,24 @@ class ViTConfig(ModelFamily):
     releases: ClassVar[dict[str, Release]] = {r.tag: r for r in (
         Release("vit_tiny_patch16_224.augreg_in21k_ft_in1k", "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k",
                 "timm", "model.safetensors", licence="apache-2.0", metric={"top1": 75.452},
-                dataset="ImageNet-1k val", labels=imagenet_1k),
+                dataset="ImageNet-1k val", labels=imagenet_1k,
+                preprocessing=timm_eval(224, 0.9, INCEPTION)),
         Release("vit_small_patch16_224.augreg_in21k_ft_in1k", "timm/vit_small_patch16_224.augreg_in21k_ft_in1k",
                 "timm", "model.safetensors", licence="apache-2.0", metric={"top1": 81.402},
-                dataset="ImageNet-1k val", labels=imagenet_1k),
+                dataset="ImageNet-1k val", labels=imagenet_1k,
+                preprocessing=timm_eval(224, 0.9, INCEPTION)),
         Release("vit_base_patch16_224.augreg2_in21k_ft_in1k", "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
                 "timm", "model.safetensors", revision="3feba41e737e1b28af8e1fd7dca8eed073385972",
-                licence="apache-2.0", metric={"top1": 85.108}, dataset="ImageNet-1k val", labels=imagenet_1k),
+                licence="apache-2.0", metric={"top1": 85.108}, dataset="ImageNet-1k val", labels=imagenet_1k,
+                preprocessing=timm_eval(224, 0.9, INCEPTION)),
         Release("vit_base_patch16_224.augreg_in21k_ft_in1k", "timm/vit_base_patch16_224.augreg_in21k_ft_in1k",
                 "timm", "model.safetensors", revision="b5b38b8f7dd93ce67d12e356a8771556b95c8cf9",
-                licence="apache-2.0", metric={"top1": 84.534}, dataset="ImageNet-1k val", labels=imagenet_1k),
+                licence="apache-2.0", metric={"top1": 84.534}, dataset="ImageNet-1k val", labels=imagenet_1k,
+                preprocessing=timm_eval(224, 0.9, INCEPTION)),
         Release("vit_large_patch16_224.augreg_in21k_ft_in1k", "timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
                 "timm", "model.safetensors", licence="apache-2.0", metric={"top1": 85.856},
-                dataset="ImageNet-1k val", labels=imagenet_1k),
+                dataset="ImageNet-1k val", labels=imagenet_1k,
+                preprocessing=timm_eval(224, 0.9, INCEPTION)),
     )}
     description: ClassVar[str] = ("ViT, the Vision Transformer (Dosovitskiy et al., ICLR 2021): image patches as "
                                   "tokens through a pre-norm Transformer encoder, classified from the class token")

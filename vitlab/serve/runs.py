@@ -105,34 +105,37 @@ def _default_text(f: dataclasses.Field) -> str:
 
 
 def load_runs(paths: list[str | Path], weights: str = "best",
-              runtime: Callable[[nn.Module, Path, str], nn.Module] | None = None) -> list[ServedRun]:
-    """Each run folder loaded once; names are the folder names, made unique with -2, -3, ... `runtime(model,
-    run_dir, weights)`: the model to serve in place of each run's own (a task decoding in a Python loop stays on
-    torch)."""
+              runtime: Callable[[nn.Module, Any], nn.Module] | None = None) -> list[ServedRun]:
+    """Each run folder or model by name (a release tag, hf-hub:org/name, a weights file: tasks/sources.py) loaded
+    once; names are the folder names (a model's name made URL-safe), made unique with -2, -3, ... `weights`: which of
+    each run's weights. `runtime(model, source)`: the model to serve in place of each one's own (a task decoding in
+    a Python loop stays on torch)."""
     from ..engine.run import RunDir
-    from ..tasks import load_task
-    from ..tasks.launch import load_run_model
+    from ..tasks.sources import is_run_folder, open_source
 
     runs: list[ServedRun] = []
-    for path in map(Path, paths):
-        if not (path / "config.json").is_file():
+    for given in map(str, paths):
+        path = Path(given)
+        if path.is_dir() and not (path / "config.json").is_file() and is_run_folder(path):
             raise FileNotFoundError(f"{path} is not a run folder (no config.json): give folders written by "
-                                    f"`vitlab train --out RUN`")
-        task, saved = load_task(path)
+                                    f"`vitlab train --out RUN`, or models by name")
+        run_folder = is_run_folder(path)
+        source = open_source(given, weights=RunDir(path).kept_weights(weights) if run_folder else None)
+        task = source.task
         if not task.serves():
             from ..tasks import TASKS
 
             servable = ", ".join(name for name, cls in TASKS.items() if cls.serves())
-            raise ValueError(f"{path} is a {task.name} run; `vitlab serve` serves image runs ({servable}); use "
-                             f"its own commands for it")
-        which = RunDir(path).kept_weights(weights)
-        model = load_run_model(path, which).requires_grad_(False)
+            raise ValueError(f"{given} is a {task.name} {'run' if run_folder else 'model'}; `vitlab serve` serves "
+                             f"image runs ({servable}); use its own commands for it")
+        model = source.model.requires_grad_(False)
         if runtime is not None and task.python_loop is None:
-            model = runtime(model, path, which)
-        name, suffix = path.resolve().name, 2
+            model = runtime(model, source)
+        base = path.resolve().name if run_folder else re.sub(r"[^A-Za-z0-9_.-]+", "-", given.removeprefix("hf-hub:"))
+        name, suffix = base, 2
         while any(run.name == name for run in runs):
-            name, suffix = f"{path.resolve().name}-{suffix}", suffix + 1
-        run = ServedRun(name, path, task, saved, model, which, task.serving_context(saved))
+            name, suffix = f"{base}-{suffix}", suffix + 1
+        run = ServedRun(name, path, task, source.saved, model, source.weights, task.serving_context(source.saved))
         run.examples = example_images(run)
         runs.append(run)
     return runs

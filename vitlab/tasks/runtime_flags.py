@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from torch import nn
 
@@ -23,21 +22,17 @@ def add_runtime_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> N
     p.add_argument("--threads", type=int, help="intra-op threads of the runtime (default: one per usable core)")
 
 
-def on_runtime(model: nn.Module, args: argparse.Namespace, run_dir: str | Path, weights: str,
-               threads: int | None = None) -> nn.Module:
+def on_runtime(model: nn.Module, args: argparse.Namespace, source, threads: int | None = None) -> nn.Module:
     """For the default (torch, fp32) the model on its inference path (runtime/fast.py: the same parameters and
-    outputs, faster on a CPU), else the model with its forward on the runtime asked for; what the runtime chose is
-    said on stderr."""
+    outputs, faster on a CPU), else the model with its forward on the runtime asked for, its graphs kept where the
+    source (tasks/sources.py's Source: a run, a named model) keeps them; what the runtime chose is said on stderr."""
     if args.runtime == "torch" and args.precision == "fp32" and args.threads is None:
         from ..runtime.fast import inference_model
 
         return inference_model(model)
-    from ..engine.run import WEIGHT_NAMES
-    from ..interop.hub import fetch
     from ..runtime import runtime_model
-    from ..runtime.export import run_cache
 
-    cache_dir, cache_name = run_cache(run_dir, weights, None if weights in WEIGHT_NAMES else fetch(weights))
+    cache_dir, cache_name = source.runtime_cache
     runtime = runtime_model(model, args.runtime, args.precision, args.threads or threads, cache_dir, cache_name)
     print(f"runtime: {runtime.describe()}", file=sys.stderr)
     return runtime.as_model()

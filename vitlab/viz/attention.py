@@ -94,20 +94,21 @@ def layer_head_maps(model: nn.Module, attention: torch.Tensor, grid: tuple[int, 
     return token_map(attention[layer], model.num_prefix_tokens, grid)
 
 
-def image_attention(model: nn.Module, image, data: dict, head_fusion: str = "mean", discard_ratio: float = 0.0,
+def image_attention(model: nn.Module, image, preprocessing, head_fusion: str = "mean", discard_ratio: float = 0.0,
                     layer: int = -1):
-    """What a classifier looks at in one PIL image, seen through the run's evaluation preprocessing (`data`: its
-    img_size, mean, std, channels). Returns (shown, rollout (h, w), heads (heads, h, w), probs (classes,)):
-    `shown` is the square the evaluation transform keeps, at the input's own resolution."""
-    from ..data.transforms import build_eval_transform
-
+    """What a classifier looks at in one PIL image, seen through its preprocessing (a data.Preprocessing: a run's
+    evaluation transform, a release's). Returns (shown, rollout (h, w), heads (heads, h, w), probs (classes,)):
+    `shown` is the part of the image the preprocessing keeps, at the input's own resolution."""
     if not -len(model.blocks) <= layer < len(model.blocks):
         raise ValueError(f"layer must be in {-len(model.blocks)}..{len(model.blocks) - 1}, got {layer}")
-    transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
-    side = min(image.size)
-    left, top = (image.size[0] - side) // 2, (image.size[1] - side) // 2
-    shown = image.crop((left, top, left + side, top + side))
-    x = transform(image)[None]  # (1, C, H, W)
+    width, height = image.size
+    resized_h, resized_w = preprocessing.resized_shape(height, width)
+    crop_h, crop_w = preprocessing.crop or (resized_h, resized_w)
+    keep_w, keep_h = round(width * min(crop_w, resized_w) / resized_w), round(height * min(crop_h, resized_h) /
+                                                                               resized_h)
+    left, top = (width - keep_w) // 2, (height - keep_h) // 2
+    shown = image.crop((left, top, left + keep_w, top + keep_h))
+    x = preprocessing(image)[None]  # (1, C, H, W)
     rollout, attention = rollout_map(model, x, head_fusion, discard_ratio)
     heads = layer_head_maps(model, attention, model.patch_embed.grid_for(*x.shape[-2:]), layer)
     with torch.inference_mode():

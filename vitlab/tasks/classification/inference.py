@@ -20,7 +20,8 @@ def eval_loader_for_run(task, saved: dict[str, Any], data: str | None = None, da
     preprocessing): `split` "test" or "val"; the test part falls back to the validation part where the data has
     none, and the returned split says which was read."""
     data_record = saved["data"]
-    bundle = task.datasets(augment=False, saved=data_record, data=data, data_dir=data_dir or data_record["data_dir"])
+    bundle = task.datasets(augment=False, saved=data_record, data=data,
+                           data_dir=data_dir or data_record.get("data_dir"))
     if bundle.classes != data_record["classes"]:
         raise ValueError(f"the data's classes {bundle.classes} differ from the classes the run was trained on "
                          f"{data_record['classes']}; evaluate on data with the same class folders")
@@ -43,7 +44,7 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
     result["classes"] = classes
     result["split"] = split
     result["run_dir"] = str(run_dir)
-    if plot:
+    if plot and Path(run_dir).is_dir():  # a run's folder (a model by name has none to write into)
         name = "confusion.png" if data is None else "confusion-other-data.png"  # keep the run's own picture
         result["confusion_png"] = str(plot_confusion(result["confusion"], classes, Path(run_dir) / name))
     return result
@@ -65,28 +66,75 @@ def format_evaluation(result: dict[str, Any], which: str) -> str:
     return "\n".join(lines)
 
 
+def preprocessing_of(data: dict[str, Any]):
+    """The preprocessing a classification record names (a release's, a file's, a new run's), else the one its run's
+    evaluation data went through (a run from before runs recorded it)."""
+    from ...data.preprocessing import Preprocessing
+    from ...data.transforms import build_eval_transform
+
+    if data.get("preprocessing"):
+        return Preprocessing.from_dict(data["preprocessing"])
+    return build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
+
+
+def record_for(task, model: nn.Module, preprocessing) -> dict[str, Any]:
+    """What a classification run records of its data, for a model without a run (a release, a hub model): its
+    classes (the model's labels; their indices where it has none), its preprocessing (the release's or the file's;
+    where none is recorded, the model's input size with ImageNet's mean and std, said on stderr)."""
+    import warnings
+
+    from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
+    from ...data.preprocessing import Preprocessing
+    from ...models.family import family_config
+
+    config = family_config(model)
+    if preprocessing is None:
+        size, channels = config.fact("image_size"), config.fact("channels") or 3
+        side = size if isinstance(size, int) else tuple(size)
+        stats = (IMAGENET_MEAN, IMAGENET_STD) if channels == 3 else ((0.5,), (0.5,))
+        preprocessing = Preprocessing(resize=side, crop=side, mean=stats[0], std=stats[1], channels=channels)
+        warnings.warn(f"no preprocessing is recorded with this model: images are resized to {size} and normalised "
+                      f"with {'ImageNet' if channels == 3 else 'a 0.5'} mean and std", stacklevel=2)
+    classes = list(config.labels) or [str(i) for i in range(config.fact("classes"))]
+    crop = preprocessing.input_size
+    return {"classes": classes, "channels": preprocessing.channels, "img_size": crop[0] if crop else None,
+            "mean": list(preprocessing.mean), "std": list(preprocessing.std), "preprocessing": preprocessing.to_dict()}
+
+
 @torch.inference_mode()
+def predict_images(task, model: nn.Module, saved: dict[str, Any], images: list, top_k: int = 3,
+                   batch_size: int = 32) -> list[list[dict[str, Any]]]:
+    """The top-k classes of each image (PIL, any size and mode), preprocessed as the record says, `batch_size` at a
+    time: per image [{"class", "index", "probability"}], most likely first."""
+    from ..base import class_names
+
+    preprocessing = preprocessing_of(saved["data"])
+    labels = class_names(model, saved)
+    model = with_test_time_flip(model, run_flips(saved))
+    answers = []
+    for start in range(0, len(images), batch_size):
+        batch = torch.stack([preprocessing(image) for image in images[start:start + batch_size]])  # (B, C, H, W)
+        probs = model(batch).softmax(-1)
+        values, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        answers += [[{"class": labels[i], "index": int(i), "probability": float(p)}
+                     for p, i in zip(row_p.tolist(), row_i.tolist())] for row_p, row_i in zip(values, indices)]
+    return answers
+
+
 def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], top_k: int = 3
                   ) -> list[dict[str, Any]]:
     """Top-k classes of each image file, preprocessed as the run's evaluation data was."""
     from ...data.images import INPUT_HINT, read_image
-    from ...data.transforms import build_eval_transform
-    from ..base import class_names
 
-    data = saved["data"]
-    transform = build_eval_transform(data["img_size"], data["mean"], data["std"], data["channels"])
-    pictures = [read_image(path, data["channels"], hint=INPUT_HINT) for path in paths]
-    images = torch.stack([transform(picture) for picture in pictures])  # (B, C, H, W)
-    probs = with_test_time_flip(model, run_flips(saved))(images).softmax(-1)
-    k = min(top_k, probs.shape[-1])
-    values, indices = probs.topk(k, dim=-1)
-    labels = class_names(model, saved)
-    return [
-        {"image": str(path),
-         "top_k": [{"class": labels[i], "index": int(i), "probability": float(p)}
-                   for p, i in zip(row_p.tolist(), row_i.tolist())]}
-        for path, row_p, row_i in zip(paths, values, indices)
-    ]
+    pictures = [read_image(path, saved["data"]["channels"], hint=INPUT_HINT) for path in paths]
+    return [{"image": str(path), "top_k": ranked}
+            for path, ranked in zip(paths, predict_images(task, model, saved, pictures, top_k))]
+
+
+def pipeline_answer(model: nn.Module, saved: dict[str, Any], ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One image's answer (`predict_images`) as `vitlab.pipeline` gives it: [{"label", "score"}], most likely
+    first."""
+    return [{"label": item["class"], "score": item["probability"]} for item in ranked]
 
 
 def format_prediction(item: dict[str, Any]) -> str:
@@ -115,7 +163,7 @@ def attention_pictures(model: nn.Module, saved: dict[str, Any], image) -> dict[s
 
     if not hasattr(model, "blocks"):
         return None
-    shown, rollout, heads, _ = image_attention(model, image, saved["data"])
+    shown, rollout, heads, _ = image_attention(model, image, preprocessing_of(saved["data"]))
     panels = attention_panels(shown, rollout, heads)
     return {"rollout_png": panels[1], "heads_png": list(panels[2:]), "layer": len(model.blocks) - 1}
 

@@ -22,7 +22,9 @@ from ...data.coco import (
     pad_collate,
 )
 from ...data.images import INPUT_HINT, read_image
+from ...data.preprocessing import Preprocessing
 from ...engine.loaders import EpochDataLoader
+from ..base import class_names
 from .coco_eval import format_table
 from .task import postprocessed
 
@@ -52,37 +54,86 @@ def format_evaluation(result: dict[str, Any], which: str) -> str:
             + format_table(result))
 
 
+def record_for(task, model: nn.Module, preprocessing) -> dict[str, Any]:
+    """What a detection run records of its data, for a model without a run (a release, a hub model): its classes
+    (the model's labels, by index; their indices where it has none), whose category ids are those indices (a COCO
+    release's 91 slots are COCO's ids), and its preprocessing (the release's or the file's; else the task's own)."""
+    from ...models.family import family_config
+
+    config = family_config(model)
+    classes = list(config.labels) or [str(i) for i in range(config.fact("classes"))]
+    preprocessing = preprocessing or Preprocessing(max_size=task.config.max_size, mean=IMAGENET_MEAN,
+                                                   std=IMAGENET_STD)
+    return {"classes": classes, "category_ids": list(range(len(classes))), "mean": list(preprocessing.mean),
+            "std": list(preprocessing.std), "preprocessing": preprocessing.to_dict()}
+
+
+def _preprocessing(task, saved: dict[str, Any]):
+    """The record's preprocessing; a run's (which records none) is its evaluation transform: the longer side to
+    --max-size, on float pixels as its data set does it."""
+    if saved["data"].get("preprocessing"):
+        return Preprocessing.from_dict(saved["data"]["preprocessing"])
+    transforms = image_transforms(task.config.max_size, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return lambda picture: transforms(TF.to_dtype(TF.to_image(picture), torch.float32, scale=True))
+
+
 @torch.inference_mode()
+def predict_images(task, model: nn.Module, saved: dict[str, Any], images: list, threshold: float = 0.5,
+                   batch_size: int = 8) -> list[dict[str, torch.Tensor]]:
+    """Detections of each image (PIL) above `threshold`, boxes in its own pixels: per image {"scores", "labels",
+    "boxes" (x0, y0, x1, y1)} as tensors. Images that preprocess to the same size go through together."""
+    if not 0.0 <= threshold < 1.0:
+        raise ValueError(f"--threshold must be in [0, 1), got {threshold}")
+    preprocessing = _preprocessing(task, saved)
+    model.eval()
+    device = next(model.parameters()).device
+    inputs = [preprocessing(picture) for picture in images]  # (3, H_i, W_i) each
+    found: list[dict[str, torch.Tensor] | None] = [None] * len(images)
+    by_shape: dict[tuple[int, ...], list[int]] = {}
+    for i, x in enumerate(inputs):
+        by_shape.setdefault(tuple(x.shape), []).append(i)
+    for indices in by_shape.values():
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start:start + batch_size]
+            outputs = model(torch.stack([inputs[i] for i in chunk]).to(device))
+            sizes = torch.tensor([[images[i].height, images[i].width] for i in chunk])
+            for i, detections in zip(chunk, postprocessed(model, outputs, sizes, threshold)):
+                found[i] = detections
+    return found  # type: ignore[return-value]
+
+
 def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], out: str | None = None,
                   threshold: float = 0.5, **_: Any) -> list[dict[str, Any]]:
     """Detections of each image above `threshold`: label, category id, score, box (x0, y0, x1, y1) in the image's
     pixels; with `out`, the image with its boxes drawn is written there as NAME.png."""
     if not 0.0 <= threshold < 1.0:
         raise ValueError(f"--threshold must be in [0, 1), got {threshold}")
-    from ..base import class_names
-
-    classes, category_ids = class_names(model, saved), saved["data"]["category_ids"]
-    transforms = image_transforms(task.config.max_size, mean=IMAGENET_MEAN, std=IMAGENET_STD)
-    model.eval()
-    device = next(model.parameters()).device
-    results = []
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
-        pil = read_image(path, 3, hint=INPUT_HINT)  # checked, decoded, upright; BadImageError names the file
-        pixels = TF.to_dtype(TF.to_image(pil), torch.float32, scale=True)  # (3, H, W) in [0, 1]
-        image = transforms(pixels)
-        outputs = model(image[None].to(device))
-        found = postprocessed(model, outputs, torch.tensor([[pil.height, pil.width]]), threshold)[0]
-        detections = [{"label": classes[label], "category_id": category_ids[label], "score": round(score, 4),
-                       "box": [round(v, 1) for v in box]}
-                      for label, score, box in zip(found["labels"].tolist(), found["scores"].tolist(),
-                                                   found["boxes"].tolist())]
+    pictures = [read_image(path, 3, hint=INPUT_HINT) for path in paths]  # checked, decoded, upright
+    results = []
+    for path, picture, found in zip(paths, pictures, predict_images(task, model, saved, pictures, threshold)):
+        detections = [{**d, "score": round(d["score"], 4), "box": [round(v, 1) for v in d["box"]]}
+                      for d in named_detections(model, saved, found)]
         item: dict[str, Any] = {"input": str(path), "detections": detections}
         if out:
-            item["output"] = str(draw(pixels, found, classes, Path(out) / f"{Path(path).stem}.png"))
+            pixels = TF.to_dtype(TF.to_image(picture), torch.float32, scale=True)
+            item["output"] = str(draw(pixels, found, class_names(model, saved), Path(out) / f"{Path(path).stem}.png"))
         results.append(item)
     return results
+
+
+def named_detections(model: nn.Module, saved: dict[str, Any], found: dict[str, torch.Tensor]
+                     ) -> list[dict[str, Any]]:
+    """One image's detections (`predict_images`) as plain Python, and as `vitlab.pipeline` gives them: [{"label",
+    "category_id", "score", "box": [x0, y0, x1, y1]}], the box in the image's own pixels."""
+    classes, category_ids = class_names(model, saved), saved["data"]["category_ids"]
+    return [{"label": classes[label], "category_id": category_ids[label], "score": score, "box": box}
+            for label, score, box in zip(found["labels"].tolist(), found["scores"].tolist(), found["boxes"].tolist())]
+
+
+pipeline_answer = named_detections
 
 
 def draw(pixels: torch.Tensor, found: dict[str, torch.Tensor], classes: list[str], path: Path,

@@ -39,16 +39,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from ...engine.run import RunDir
-    from ..launch import load_run_model, load_task_for
+    from ..sources import open_source
 
-    task, saved = load_task_for(args.run_dir, "restore")
+    source = open_source(args.run_dir, weights=args.weights, command="restore")
+    task, saved = source.task, source.saved
     changes = {key: value for key, value in (("eval_batch_size", args.batch_size), ("overlap", args.overlap),
                                                  ("blend", args.blend))
                if value is not None}
     task.config = dataclasses.replace(task.config, **changes)
-    which = RunDir(args.run_dir).selected_weights(args.weights)
-    model = on_runtime(load_run_model(args.run_dir, which), args, args.run_dir, which)
+    model = on_runtime(source.model, args, source)
     results = task.predict(model, saved, args.images, out=args.out, degradation=args.degradation,
                            reference=args.reference)
     print(json.dumps(results) if args.json else "\n".join(task.format_prediction(item) for item in results))

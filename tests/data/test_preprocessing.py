@@ -1,0 +1,103 @@
+"""A model's preprocessing, to the pixel, against the reference libraries' own: timm's `resolve_data_config` +
+`create_transform` for every timm-hosted release, transformers' image processors (ViT, DeiT, DETR, Deformable DETR)
+for what their preprocessor_config.json says, on a photograph at several shapes (landscape, portrait, small,
+elongated enough that DETR's cap on the longer side decides)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+
+import vitlab
+from vitlab.data.preprocessing import Preprocessing
+from vitlab.data.transforms import build_eval_transform
+from vitlab.interop.preprocessing import from_timm, from_transformers
+
+skimage_data = pytest.importorskip("skimage.data")
+
+
+@pytest.fixture(scope="module")
+def photos() -> list[Image.Image]:
+    cat = Image.fromarray(skimage_data.chelsea())  # 451 × 300
+    return [cat, cat.transpose(Image.Transpose.ROTATE_90), cat.resize((97, 61)), cat.resize((451, 60))]
+
+
+def timm_releases() -> list[str]:
+    return [release.tag for release in vitlab.list_pretrained() if release.format == "timm"]
+
+
+@pytest.mark.parametrize("tag", timm_releases())
+def test_every_timm_release_records_timms_own_eval_transform(tag, photos):
+    """The release's record (written by hand in its family's file) against timm's pretrained config of the same tag,
+    and its transform against timm's, pixel for pixel."""
+    import timm
+    from timm.data import create_transform, resolve_data_config
+
+    release = vitlab.list_pretrained(tag)[0]
+    pretrained = timm.models.get_pretrained_cfg(tag).to_dict()
+    ours = Preprocessing.from_dict(release.preprocessing)
+    assert ours == from_timm(pretrained)
+    theirs = create_transform(**resolve_data_config({}, pretrained_cfg=pretrained))
+    for photo in photos:
+        torch.testing.assert_close(ours(photo), theirs(photo), atol=1e-6, rtol=0)
+
+
+def transformers_processors():
+    import transformers
+
+    return {
+        "vit": transformers.ViTImageProcessor(),
+        "deit": transformers.DeiTImageProcessor(),
+        "detr": transformers.DetrImageProcessor(),
+        "deformable_detr": transformers.DeformableDetrImageProcessor(),
+        "detr_small": transformers.DetrImageProcessor(size={"shortest_edge": 96, "longest_edge": 160}),
+    }
+
+
+@pytest.mark.parametrize("name", ["vit", "deit", "detr", "deformable_detr", "detr_small"])
+def test_a_transformers_processor_config_reads_as_the_processor_preprocesses(name, photos, tmp_path):
+    """What preprocessor_config.json says, read back as a Preprocessing, gives the processor's own pixel values
+    (its default backend: torchvision on uint8 tensors)."""
+    processor = transformers_processors()[name]
+    processor.save_pretrained(tmp_path)
+    from vitlab.reading import read_json
+
+    ours = from_transformers(read_json(tmp_path / "preprocessor_config.json", "a processor config"))
+    for photo in photos:
+        theirs = processor(photo, return_tensors="pt")["pixel_values"][0]
+        mine = ours(photo)
+        assert mine.shape == theirs.shape, (photo.size, mine.shape, theirs.shape)
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
+
+
+def test_the_detr_releases_record_transformers_detr_processor():
+    import transformers
+
+    expected = from_transformers(transformers.DetrImageProcessor().to_dict())
+    detectors = [r for r in vitlab.list_pretrained() if r.model.startswith(("detr_", "deformable_detr_"))]
+    assert detectors and all(Preprocessing.from_dict(r.preprocessing) == expected for r in detectors)
+
+
+def test_a_runs_eval_transform_is_the_same_pipeline_as_before():
+    """build_eval_transform (a run's) is a Preprocessing: shorter side to the size with torchvision's antialiased
+    bilinear on uint8, the centre square, normalised; as torchvision's own v2 pipeline does it."""
+    from torchvision.transforms import v2
+
+    image = Image.fromarray(skimage_data.chelsea())
+    reference = v2.Compose([v2.ToImage(), v2.Resize(64, antialias=True), v2.CenterCrop(64),
+                            v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.5] * 3, [0.25] * 3)])
+    ours = build_eval_transform(64, 0.5, 0.25)
+    assert isinstance(ours, Preprocessing)
+    torch.testing.assert_close(ours(image), reference(image), atol=0, rtol=0)
+
+
+def test_bad_records_are_refused_by_name():
+    with pytest.raises(ValueError, match="has no 'size'"):
+        Preprocessing.from_dict({"size": 3})
+    with pytest.raises(ValueError, match="interpolation must be one of"):
+        Preprocessing(interpolation="lanczos")
+    with pytest.raises(ValueError, match="exact .* takes none"):
+        Preprocessing(resize=(32, 32), max_size=64)
+    with pytest.raises(ValueError, match="uint8"):
+        Preprocessing()(torch.rand(3, 8, 8))

@@ -1,0 +1,167 @@
+"""What a model expects of an image before its first layer: how it is resized, cropped and normalised, as one
+record. It is kept with each release (the reference library's own values, `Release.preprocessing`), each run (its
+data's) and vitlab's safetensors files, and applied the same way by `vitlab.pipeline`, `vitlab predict`, the
+server and the runtimes.
+
+    Preprocessing(resize=248, crop=224, interpolation="bicubic", mean=(.5,) * 3, std=(.5,) * 3, resampler="pil")
+                                                      # timm's ViT at crop_pct 0.9: shorter side to 248, centre 224
+    Preprocessing(resize=800, max_size=1333, mean=IMAGENET_MEAN, std=IMAGENET_STD)   # DETR: shorter side 800,
+                                                                                     # longer at most 1333
+    Preprocessing(resize=(224, 224), mean=(.5,) * 3, std=(.5,) * 3)                  # transformers' ViT: squashed
+    Preprocessing(max_size=512, mean=..., std=...)                                   # a vitlab detector: longer 512
+
+Whose resampling (`resampler`) matters to the pixel: Pillow's ("pil": timm, the official repositories,
+transformers' `...ImageProcessorPil`) and torchvision's antialiased resize of uint8 tensors ("torch": transformers'
+default image processors and vitlab's training data) round differently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from PIL import Image
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as TF
+
+from .channels import convert_pil, convert_tensor
+
+INTERPOLATIONS = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
+                  "bicubic": InterpolationMode.BICUBIC}
+RESAMPLERS = ("torch", "pil")
+
+__all__ = ["INTERPOLATIONS", "RESAMPLERS", "Preprocessing"]
+
+
+def _pair(value: int | Sequence[int] | None, name: str) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    pair = (value, value) if isinstance(value, int) else tuple(int(v) for v in value)
+    if len(pair) != 2 or min(pair) < 1:
+        raise ValueError(f"preprocessing {name} must be a positive int or (height, width), got {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """An image (PIL, any mode, or a (C, H, W) uint8 tensor) to the model's input, (channels, H, W) float32."""
+
+    resize: int | tuple[int, int] | None = None  # int: the shorter side to this; (H, W): exactly; None: kept
+    max_size: int | None = None  # with an int resize: the longer side at most this; without: the longer side this
+    crop: int | tuple[int, int] | None = None  # the centre (H, W) kept after resizing; None: all of it
+    interpolation: str = "bilinear"  # one of INTERPOLATIONS
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)  # per channel, in [0, 1] units
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    channels: int = 3
+    resampler: str = "torch"  # one of RESAMPLERS: whose resampling (see the module's doc)
+
+    def __post_init__(self) -> None:
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            values = (float(values),) if isinstance(values, int | float) else tuple(float(v) for v in values)
+            if len(values) == 1:
+                values = values * self.channels
+            if len(values) != self.channels:
+                raise ValueError(f"preprocessing {name} needs 1 or {self.channels} values for {self.channels}-channel "
+                                 f"images, got {list(values)}")
+            object.__setattr__(self, name, values)
+        if min(self.std) <= 0:
+            raise ValueError(f"preprocessing std must be positive, got {list(self.std)}")
+        if isinstance(self.resize, Sequence):
+            object.__setattr__(self, "resize", _pair(self.resize, "resize"))
+            if self.max_size is not None:
+                raise ValueError("preprocessing max_size caps a resize of the shorter side; an exact (H, W) resize "
+                                 "takes none")
+        elif self.resize is not None and self.resize < 1:
+            raise ValueError(f"preprocessing resize must be positive, got {self.resize}")
+        object.__setattr__(self, "crop", _pair(self.crop, "crop"))
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"preprocessing interpolation must be one of {', '.join(INTERPOLATIONS)}, got "
+                             f"{self.interpolation!r}")
+        if self.resampler not in RESAMPLERS:
+            raise ValueError(f"preprocessing resampler must be one of {', '.join(RESAMPLERS)}, got {self.resampler!r}")
+        if self.channels not in (1, 3):
+            raise ValueError(f"preprocessing channels must be 1 or 3, got {self.channels}")
+
+    # ---- as data ---------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> Preprocessing:
+        """A record as `to_dict` writes it (a run's config.json, a file's metadata, `Release.preprocessing`);
+        unknown keys are refused by name."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(record) - names)
+        if unknown:
+            raise ValueError(f"preprocessing has no {', '.join(map(repr, unknown))}; it records {', '.join(names)}")
+        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in record.items()})
+
+    # ---- sizes -----------------------------------------------------------------------------------------------
+    @property
+    def input_size(self) -> tuple[int, int] | None:
+        """(H, W) of every input the model sees, where it is fixed (a crop, or an exact resize); None: it varies."""
+        return self.crop or (self.resize if isinstance(self.resize, tuple) else None)  # type: ignore[return-value]
+
+    def resized_shape(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) an image of `height` × `width` is resized to, before the crop."""
+        if isinstance(self.resize, tuple):
+            return self.resize
+        short, long = min(height, width), max(height, width)
+        if self.resize is None:
+            if self.max_size is None:
+                return height, width
+            # torchvision's rule (Resize(size=None, max_size)): the longer side becomes max_size
+            new_short, new_long = int(self.max_size * short / long), self.max_size
+        else:
+            new_short, new_long = self.resize, int(self.resize * long / short)
+            if self.max_size is not None and long / short * self.resize > self.max_size:
+                # the shorter side as large as the cap on the longer allows, rounded as transformers' DETR
+                # processor rounds it
+                exact = self.max_size * short / long
+                new_short, new_long = round(exact), int(exact * long / short)
+            if new_short == short:
+                return height, width  # the shorter side is already the size asked for
+        return (new_short, new_long) if height <= width else (new_long, new_short)
+
+    # ---- the transform ---------------------------------------------------------------------------------------
+    def __call__(self, image: Image.Image | torch.Tensor) -> torch.Tensor:
+        """One image: PIL (any mode) or a (C, H, W) uint8 tensor -> (channels, H, W) float32, normalised."""
+        if isinstance(image, Image.Image):
+            image = convert_pil(image, self.channels)
+            if self.resampler == "torch":
+                image = TF.pil_to_tensor(image)
+        elif isinstance(image, torch.Tensor):
+            if image.dtype != torch.uint8 or image.ndim != 3:
+                raise ValueError(f"an image tensor must be (C, H, W) uint8, got {tuple(image.shape)} {image.dtype}")
+            image = convert_tensor(image, self.channels)
+            if self.resampler == "pil":
+                image = TF.to_pil_image(image)
+        else:
+            raise TypeError(f"an image is a PIL image or a (C, H, W) uint8 tensor, got {type(image).__name__}")
+        height, width = (image.height, image.width) if isinstance(image, Image.Image) else image.shape[-2:]
+        size = self.resized_shape(height, width)
+        if size != (height, width):
+            image = TF.resize(image, list(size), interpolation=INTERPOLATIONS[self.interpolation], antialias=True)
+        if self.crop is not None:
+            image = TF.center_crop(image, list(self.crop))
+        if isinstance(image, Image.Image):
+            image = TF.pil_to_tensor(image)
+        pixels = TF.to_dtype(image, torch.float32, scale=True)
+        return TF.normalize(pixels, list(self.mean), list(self.std))
+
+    def batch(self, images: Sequence[Image.Image | torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Several images as one batch: (B, channels, H, W) zero-padded at the bottom and right where their sizes
+        differ, and the mask (B, H, W), True at padding."""
+        shown = [self(image) for image in images]
+        height, width = max(x.shape[1] for x in shown), max(x.shape[2] for x in shown)
+        pixels = shown[0].new_zeros(len(shown), self.channels, height, width)
+        mask = torch.ones(len(shown), height, width, dtype=torch.bool)
+        for i, x in enumerate(shown):
+            pixels[i, :, : x.shape[1], : x.shape[2]] = x
+            mask[i, : x.shape[1], : x.shape[2]] = False
+        return pixels, mask

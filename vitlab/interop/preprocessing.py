@@ -1,0 +1,98 @@
+"""The preprocessing a checkpoint was made for, read from what its library writes beside the weights: never guessed.
+
+    timm           config.json's `pretrained_cfg` (input_size, crop_pct, crop_mode, interpolation, mean, std):
+                   timm's eval transform, with Pillow's resampling
+    transformers   preprocessor_config.json (size, resample, do_center_crop, crop_size, image_mean, image_std):
+                   its image processor, whose default backend resizes uint8 tensors with torchvision
+    vitlab         its safetensors metadata's `preprocessing`
+    a release      `Release.preprocessing`, the values of the library that hosts it
+
+    preprocessing_for("vit_base_patch16_224.augreg2_in21k_ft_in1k")   # a Preprocessing, or None where none is known
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ..data.preprocessing import Preprocessing
+from ..reading import read_json
+from .hub import HF_PROCESSOR_FILE, fetch, release_named
+
+PREPROCESSING_KEY = "preprocessing"  # in vitlab's safetensors metadata, beside its config
+PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL.Image.Resampling's values, as transformers saves them
+
+
+def preprocessing_for(source: str | os.PathLike) -> Preprocessing | None:
+    """What `source` (a release tag, hf-hub:org/name, a file or folder) records of its preprocessing; None where
+    nothing does (a bare state dict)."""
+    release = release_named(source)
+    if release is not None and release.preprocessing:
+        return Preprocessing.from_dict(release.preprocessing)
+    path = fetch(source)
+    folder = path if path.is_dir() else path.parent
+    if path.is_file() and path.suffix == ".safetensors":
+        metadata = _safetensors_metadata(path)
+        if PREPROCESSING_KEY in metadata:
+            return Preprocessing.from_dict(json.loads(metadata[PREPROCESSING_KEY]))
+    if (folder / HF_PROCESSOR_FILE).is_file():
+        return from_transformers(read_json(folder / HF_PROCESSOR_FILE, "a transformers preprocessor_config.json"))
+    if (folder / "config.json").is_file():
+        config = read_json(folder / "config.json", "a Hugging Face config.json")
+        if isinstance(config.get("pretrained_cfg"), dict):
+            return from_timm(config["pretrained_cfg"])
+    return None
+
+
+def _safetensors_metadata(path: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
+
+
+def from_timm(cfg: dict[str, Any]) -> Preprocessing | None:
+    """timm's eval transform for a pretrained config (what `resolve_data_config` + `create_transform` make of it);
+    None for a crop mode other than the centre one."""
+    if cfg.get("crop_mode", "center") != "center" or "input_size" not in cfg:
+        return None
+    channels, height, width = cfg["input_size"]
+    crop_pct = cfg.get("crop_pct") or 0.875  # timm's default eval size, not its larger test_input_size
+    if height == width:
+        resize: int | tuple[int, int] = math.floor(height / crop_pct)
+    else:
+        resize = (math.floor(height / crop_pct), math.floor(width / crop_pct))
+    interpolation = cfg.get("interpolation", "bilinear")
+    return Preprocessing(resize=resize, crop=(height, width),
+                         interpolation=interpolation if interpolation in ("nearest", "bilinear") else "bicubic",
+                         mean=tuple(cfg.get("mean", (0.485, 0.456, 0.406))),
+                         std=tuple(cfg.get("std", (0.229, 0.224, 0.225))), channels=channels, resampler="pil")
+
+
+def from_transformers(processor: dict[str, Any]) -> Preprocessing:
+    """A transformers image processor's saved configuration as it preprocesses (its default, torchvision backend)."""
+    size, resize, max_size = processor.get("size") or {}, None, None
+    if processor.get("do_resize", True):
+        if isinstance(size, int):
+            resize = size
+        elif "shortest_edge" in size:
+            resize, max_size = size["shortest_edge"], size.get("longest_edge")
+        elif "height" in size and "width" in size:
+            resize = (size["height"], size["width"])
+        else:
+            raise ValueError(f"{HF_PROCESSOR_FILE}: a size of {size} is not one vitlab reads (shortest_edge, or "
+                             f"height and width)")
+    crop = None
+    if processor.get("do_center_crop"):
+        crop_size = processor.get("crop_size") or {}
+        crop = (crop_size["height"], crop_size["width"]) if isinstance(crop_size, dict) else crop_size
+    stats = {"mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
+    if processor.get("do_normalize", True):
+        stats = {"mean": tuple(processor.get("image_mean", (0.5,) * 3)), "std": tuple(processor.get("image_std",
+                                                                                                   (0.5,) * 3))}
+    return Preprocessing(resize=resize, max_size=max_size, crop=crop,
+                         interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bicubic"), **stats,
+                         resampler="torch")
