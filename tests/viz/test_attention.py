@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -113,8 +115,8 @@ def test_attention_and_inspect_commands_write_pngs_of_the_expected_size(tmp_path
 
     model = vitlab.create_model("vit_tiny_patch4_28", depth=2)
     save_weights(model, tmp_path / "run" / "last.safetensors")
-    (tmp_path / "run" / "config.json").write_text(
-        '{"data": {"img_size": 28, "channels": 1, "mean": [0.286], "std": [0.353], "classes": []}}')
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"task": "classification", "data": {
+        "img_size": 28, "channels": 1, "mean": [0.286], "std": [0.353], "classes": [f"c{i}" for i in range(10)]}}))
     Image.fromarray((torch.rand(28, 28) * 255).byte().numpy()).save(tmp_path / "a.png")
     Image.fromarray((torch.rand(40, 56, 3) * 255).byte().numpy()).save(tmp_path / "b.png")  # RGB, not square
     assert main(["attention", str(tmp_path / "run"), str(tmp_path / "a.png"), str(tmp_path / "b.png"),

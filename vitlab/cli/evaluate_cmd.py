@@ -11,9 +11,9 @@ import argparse
 import json
 
 from ..commands import command
-from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
+from ..engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 from ..tasks.runtime_flags import add_runtime_flags, on_runtime
-from .options import add_source_arguments, add_task_options, task_options
+from .options import add_task_options, task_options
 
 FIELDS: list[str] = []
 

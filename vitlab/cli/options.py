@@ -40,15 +40,3 @@ def task_options(args: argparse.Namespace, names: list[str], task: Any, attribut
             raise OptionError(key, f"is not an option of a {task.name} run; it takes {flags or 'none'}")
     return typed
 
-
-SOURCE_HELP = ("a run folder from `vitlab train`, a release tag (vitlab models --pretrained), hf-hub:org/name[@rev] "
-               "or a weights file (a vitlab .safetensors, a timm or transformers checkpoint)")
-
-
-def add_source_arguments(parser: argparse.ArgumentParser, dest: str = "run_dir", *, task: bool = True) -> None:
-    """The positional model every inference command takes (tasks/sources.py) and, with `task`, `--task` for a
-    named model whose family does several."""
-    parser.add_argument(dest, metavar="RUN_OR_NAME", help=SOURCE_HELP)
-    if task:
-        parser.add_argument("--task", dest="source_task", metavar="TASK", help="for a model by name whose family "
-                            "does several tasks: which one (default: its family's only task)")

@@ -54,6 +54,19 @@ def add_weights_flag(parser: argparse.ArgumentParser, default: str | None, defau
                         f"{default_text})")
 
 
+SOURCE_HELP = ("a run folder from `vitlab train`, a release tag (vitlab models --pretrained), hf-hub:org/name[@rev] "
+               "or a weights file (a vitlab .safetensors, a timm or transformers checkpoint)")
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, dest: str = "run_dir", *, task: bool = True) -> None:
+    """The positional model every inference command takes (a run or a model by name: tasks/sources.py) and, with
+    `task`, `--task` for a named model whose family does several."""
+    parser.add_argument(dest, metavar="RUN_OR_NAME", help=SOURCE_HELP)
+    if task:
+        parser.add_argument("--task", dest="source_task", metavar="TASK", help="for a model by name whose family "
+                            "does several tasks: which one (default: its family's only task)")
+
+
 def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 

@@ -47,6 +47,7 @@ def _absolute(path: str | None) -> str | None:
 class ClassificationTask(Task):
     name: ClassVar[str] = "classification"
     order: ClassVar[int] = 10
+    commands: ClassVar[tuple[str, ...]] = ("attention", "inspect")
     inference_module: ClassVar[str] = "vitlab.tasks.classification.inference"
     EvalOptions: ClassVar[type] = ClassificationEvalOptions
     PredictOptions: ClassVar[type] = ClassificationPredictOptions

@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..commands import command
-from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
-from .options import add_source_arguments
+from ...commands import command
+from ...engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 
 
 @command("attention", order=40)
@@ -41,20 +40,20 @@ def add_inspect_parser(subparsers: argparse._SubParsersAction) -> None:
     q.set_defaults(run=run_inspect)
 
 
-def _open(run_dir: str, weights: str | None):
-    from ..tasks.sources import open_source
+def _open(run_dir: str, weights: str | None, command: str):
+    from ..sources import open_source
 
-    return open_source(run_dir, weights=weights, task="classification")
+    return open_source(run_dir, weights=weights, command=command)
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from ..data.images import INPUT_HINT, read_image
-    from ..tasks.base import class_names
-    from ..tasks.classification.inference import preprocessing_of
-    from ..viz.attention import image_attention
-    from ..viz.render import attention_strip, save_png
+    from ...data.images import INPUT_HINT, read_image
+    from ...viz.attention import image_attention
+    from ...viz.render import attention_strip, save_png
+    from ..base import class_names
+    from .inference import preprocessing_of
 
-    source = _open(args.run_dir, args.weights)
+    source = _open(args.run_dir, args.weights, "attention")
     model, preprocessing = source.model, preprocessing_of(source.saved["data"])
     if not hasattr(model, "blocks"):
         raise ValueError(f"{args.run_dir} is not a Vision Transformer (it has no attention blocks): `vitlab attention` "
@@ -74,9 +73,9 @@ def run_attention(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from ..viz.inspect import plot_filter_components, plot_position_similarity
+    from ...viz.inspect import plot_filter_components, plot_position_similarity
 
-    model = _open(args.run_dir, args.weights).model
+    model = _open(args.run_dir, args.weights, "inspect").model
     out = Path(args.out)
     if model.pos_embed is not None:
         print(f"wrote {plot_position_similarity(model, out / 'position_similarity.png')}")
