@@ -26,6 +26,7 @@ from .hub_server import LocalHub
 
 # Copies of a huggingface_hub constant under another name, made at import by libraries built on it
 ALIASES = {"HUGGINGFACE_CO_RESOLVE_ENDPOINT": "ENDPOINT"}  # diffusers.utils.constants (and whoever imports it)
+LIBRARIES = ("transformers", "diffusers", "timm", "huggingface_hub")  # whose module-level HfApi objects are re-pointed
 
 
 class ActiveHub(LocalHub):
@@ -104,6 +105,11 @@ def pointed_at(hub: ActiveHub, home: Path, monkeypatch: pytest.MonkeyPatch) -> I
     from huggingface_hub import hf_api
 
     monkeypatch.setattr(hf_api.api, "endpoint", hub.url)
+    # and those a library made on first use, in an earlier test, with that test's hub (transformers' hf_api())
+    for module in [m for name, m in list(sys.modules.items()) if name.startswith(LIBRARIES) and m is not None]:
+        for value in list(vars(module).values()):
+            if isinstance(value, hf_api.HfApi) and value is not hf_api.api:
+                monkeypatch.setattr(value, "endpoint", hub.url)
     if "huggingface_hub.hf_file_system" in sys.modules:
         hffs = sys.modules["huggingface_hub.hf_file_system"].hffs
         monkeypatch.setattr(hffs, "endpoint", hub.url)

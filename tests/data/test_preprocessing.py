@@ -97,7 +97,7 @@ def test_bad_records_are_refused_by_name():
         Preprocessing.from_dict({"size": 3})
     with pytest.raises(ValueError, match="interpolation must be one of"):
         Preprocessing(interpolation="lanczos")
-    with pytest.raises(ValueError, match="exact .* takes none"):
+    with pytest.raises(ValueError, match=r"exact .* takes none"):
         Preprocessing(resize=(32, 32), max_size=64)
     with pytest.raises(ValueError, match="uint8"):
         Preprocessing()(torch.rand(3, 8, 8))

@@ -1,0 +1,162 @@
+"""A model by name on a user's own images, against the reference libraries on the same weights (random-weight
+checkpoints saved by timm and transformers with their own label maps and image processors, served by a local Hub):
+`vitlab predict NAME photo --json` and `vitlab.pipeline` name the same classes with the same scores as
+transformers' pipeline and timm; a detector's boxes equal transformers' post-processing in pixels."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitlab
+from vitlab.cli.main import main
+
+from ..hub_publish import publish_timm, publish_transformers
+
+skimage_data = pytest.importorskip("skimage.data")
+CLASSES = ("tabby", "tiger", "lynx", "rocket", "teapot")
+
+
+@pytest.fixture(scope="module")
+def photo_files(tmp_path_factory) -> list:
+    folder = tmp_path_factory.mktemp("photos")
+    cat, rocket = Image.fromarray(skimage_data.chelsea()), Image.fromarray(skimage_data.rocket())
+    paths = [folder / "cat.jpg", folder / "rocket.png", folder / "small.png"]
+    cat.save(paths[0], quality=95)
+    rocket.save(paths[1])
+    cat.resize((90, 61)).save(paths[2])
+    return paths
+
+
+def hf_vit(local_hub, repo: str):
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+                       intermediate_size=96, id2label=dict(enumerate(CLASSES)),
+                       label2id={name: i for i, name in enumerate(CLASSES)})
+    model = ViTForImageClassification(config).eval()
+    processor = ViTImageProcessor(size={"height": 32, "width": 32})
+    publish_transformers(local_hub, repo, model, processor=processor)
+    return model, processor
+
+
+def test_a_transformers_classifier_by_name_answers_as_transformers_pipeline(local_hub, photo_files, capsys):
+    from transformers import pipeline as hf_pipeline
+
+    repo = "vitlab-test/hf-vit-pets"
+    hf_vit(local_hub, repo)
+    theirs = hf_pipeline("image-classification", model=repo, top_k=5)
+    assert main(["predict", f"hf-hub:{repo}", *map(str, photo_files), "--json", "--top-k", "5"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    ours = vitlab.pipeline(model=f"hf-hub:{repo}")
+    assert ours.task == "classification" and ours.labels == list(CLASSES)
+    batch = ours([str(p) for p in photo_files])  # several sizes, one batch
+    for path, answer, in_batch in zip(photo_files, answers, batch):
+        reference = theirs(Image.open(path))
+        assert answer["top_k"][0]["class"] == reference[0]["label"] == in_batch[0]["label"]
+        assert [item["label"] for item in in_batch] == [item["label"] for item in reference]
+        np.testing.assert_allclose([item["score"] for item in in_batch], [item["score"] for item in reference],
+                                   atol=1e-5)
+
+
+def test_a_timm_classifier_by_name_answers_as_timm_does(local_hub, photo_files, capsys):
+    import timm
+    from safetensors.torch import load
+    from timm.data import create_transform, resolve_data_config
+
+    repo = "vitlab-test/timm-vit-pets"
+    torch.manual_seed(0)
+    publish_timm(local_hub, repo, "vit_tiny_patch16_224", img_size=48, depth=2, num_classes=5,
+                 model_config={"label_names": list(CLASSES)})
+    reference = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=48, depth=2,
+                                  num_classes=5).eval()
+    reference.load_state_dict(load(local_hub.file(repo, "model.safetensors")))
+    transform = create_transform(**resolve_data_config({}, pretrained_cfg=json.loads(
+        local_hub.file(repo, "config.json"))["pretrained_cfg"]))
+    assert main(["predict", f"hf-hub:{repo}", *map(str, photo_files), "--json", "--top-k", "2"]) == 0
+    answers = json.loads(capsys.readouterr().out)
+    with torch.no_grad():
+        for path, answer in zip(photo_files, answers):
+            probs = reference(transform(Image.open(path).convert("RGB"))[None]).softmax(-1)[0]
+            top = probs.topk(2)
+            assert [item["class"] for item in answer["top_k"]] == [CLASSES[i] for i in top.indices.tolist()]
+            np.testing.assert_allclose([item["probability"] for item in answer["top_k"]], top.values.numpy(),
+                                       atol=1e-5)
+
+
+def hf_detr(local_hub, repo: str):
+    import transformers
+
+    torch.manual_seed(0)
+    resnet = transformers.ResNetConfig(depths=[2, 2, 2, 2], layer_type="basic", hidden_sizes=[64, 128, 256, 512],
+                                       out_features=["stage4"])  # a ResNet-18, what vitlab's DETR builds
+    names = ("person", "bicycle", "car", "cat")
+    config = transformers.DetrConfig(use_timm_backbone=False, backbone_config=resnet, use_pretrained_backbone=False,
+                                     encoder_layers=1, decoder_layers=1, d_model=32, encoder_ffn_dim=64,
+                                     decoder_ffn_dim=64, encoder_attention_heads=2, decoder_attention_heads=2,
+                                     num_queries=10, auxiliary_loss=False, id2label=dict(enumerate(names)),
+                                     label2id={name: i for i, name in enumerate(names)})
+    model = transformers.DetrForObjectDetection(config).eval()
+    processor = transformers.DetrImageProcessor(size={"shortest_edge": 96, "longest_edge": 160})
+    publish_transformers(local_hub, repo, model, processor=processor)
+    return model, processor, names
+
+
+def test_a_transformers_detector_by_name_gives_transformers_boxes_in_pixels(local_hub, photo_files, capsys):
+    from transformers import pipeline as hf_pipeline
+
+    repo = "vitlab-test/hf-detr-street"
+    model, processor, names = hf_detr(local_hub, repo)
+    detect = vitlab.pipeline(model=f"hf-hub:{repo}", threshold=0.0)
+    assert detect.task == "detection" and detect.labels == list(names)
+    pictures = [Image.open(path).convert("RGB") for path in photo_files]
+    answers = detect(pictures)  # three sizes: grouped by their preprocessed size
+    for picture, answer in zip(pictures, answers):
+        with torch.no_grad():
+            outputs = model(**processor(picture, return_tensors="pt"))
+        theirs = processor.post_process_object_detection(outputs, threshold=0.0,
+                                                         target_sizes=[(picture.height, picture.width)])[0]
+        order = theirs["scores"].argsort(descending=True)
+        mine = sorted(answer, key=lambda d: -d["score"])
+        assert [d["label"] for d in mine] == [names[i] for i in theirs["labels"][order].tolist()]
+        np.testing.assert_allclose([d["score"] for d in mine], theirs["scores"][order].numpy(), atol=1e-5)
+        np.testing.assert_allclose([d["box"] for d in mine], theirs["boxes"][order].numpy(), atol=1e-4)
+    best = hf_pipeline("object-detection", model=repo)(pictures[0], threshold=0.0)
+    top = max(best, key=lambda d: d["score"])
+    assert max(answers[0], key=lambda d: d["score"])["label"] == top["label"]
+    assert main(["predict", f"hf-hub:{repo}", str(photo_files[0]), "--json", "--threshold", "0"]) == 0
+    printed = json.loads(capsys.readouterr().out)[0]["detections"]
+    assert {d["label"] for d in printed} <= set(names) and len(printed) == len(answers[0])
+
+
+def test_inputs_of_every_kind_give_the_same_answer(local_hub, photo_files):
+    hf_vit(local_hub, "vitlab-test/hf-vit-kinds")
+    classify = vitlab.pipeline(model="hf-hub:vitlab-test/hf-vit-kinds", top_k=2)
+    picture = Image.open(photo_files[0])
+    array = np.asarray(picture)
+    kinds = [str(photo_files[0]), photo_files[0], picture, array, torch.from_numpy(array.copy()).permute(2, 0, 1),
+             torch.from_numpy(array.copy()).permute(2, 0, 1).float() / 255]
+    answers = [classify(kind) for kind in kinds]
+    assert all(answer == answers[0] for answer in answers[:5]) and len(answers[0]) == 2
+    assert answers[5][0]["label"] == answers[0][0]["label"]
+    with pytest.raises(ValueError, match="not URLs"):
+        classify("https://example.com/cat.jpg")
+    with pytest.raises(TypeError, match="takes top_k"):
+        classify(picture, threshold=0.5)
+
+
+def test_bad_names_say_what_to_do(local_hub, capsys, tmp_path):
+    assert main(["predict", "vit_base_patch16_224.augreg2_in21k_ft_in2k", "x.png"]) == 2
+    assert "did you mean vit_base_patch16_224.augreg2_in21k_ft_in1k" in capsys.readouterr().err
+    hf_vit(local_hub, "vitlab-test/hf-vit-task")
+    assert main(["predict", "hf-hub:vitlab-test/hf-vit-task", "x.png", "--task", "detection"]) == 2
+    assert "which does classification; not --task detection" in capsys.readouterr().err
+    assert main(["eval", "hf-hub:vitlab-test/hf-vit-task"]) == 2
+    assert "give the data to score it on, --data DIR" in capsys.readouterr().err
+    assert main(["predict", "hf-hub:vitlab-test/hf-vit-task", "x.png", "--weights", "best"]) == 2
+    assert "--weights picks the weights of a run folder" in capsys.readouterr().err
