@@ -160,3 +160,33 @@ def test_bad_names_say_what_to_do(local_hub, capsys, tmp_path):
     assert "give the data to score it on, --data DIR" in capsys.readouterr().err
     assert main(["predict", "hf-hub:vitlab-test/hf-vit-task", "x.png", "--weights", "best"]) == 2
     assert "--weights picks the weights of a run folder" in capsys.readouterr().err
+
+
+def test_a_model_by_name_runs_on_onnxruntime_with_its_labels_in_the_graph(local_hub, photo_files):
+    """The graph of a named model is exported once into the hub cache, names its classes in its metadata, and
+    answers as torch does."""
+    from vitlab.runtime.export import read_metadata
+
+    hf_vit(local_hub, "vitlab-test/hf-vit-onnx")
+    name = "hf-hub:vitlab-test/hf-vit-onnx"
+    on_torch = vitlab.pipeline(model=name)([str(p) for p in photo_files])
+    on_onnx = vitlab.pipeline(model=name, runtime="onnxruntime")([str(p) for p in photo_files])
+    for mine, theirs in zip(on_onnx, on_torch):
+        assert [item["label"] for item in mine] == [item["label"] for item in theirs]
+        np.testing.assert_allclose([i["score"] for i in mine], [i["score"] for i in theirs], atol=1e-4)
+    graphs = list((local_hub.cache / "vitlab--graphs").rglob("*.onnx"))
+    assert len(graphs) == 1
+    assert read_metadata(graphs[0])["labels"] == list(CLASSES)
+
+
+def test_a_model_by_name_is_served_beside_a_run(local_hub, photo_files):
+    from vitlab.serve.runs import load_runs
+
+    hf_vit(local_hub, "vitlab-test/hf-vit-served")
+    (served,) = load_runs(["hf-hub:vitlab-test/hf-vit-served"])
+    assert served.name == "vitlab-test-hf-vit-served" and served.kind == "classification"
+    assert served.describe()["classes"] == list(CLASSES)
+    answer = served.task.answer(served.model, served.saved, photo_files[0], photo_files[0].parent, served.context,
+                                attention=False)
+    assert answer["top_k"][0]["class"] == vitlab.pipeline(model="hf-hub:vitlab-test/hf-vit-served")(
+        str(photo_files[0]))[0]["label"]
