@@ -105,10 +105,17 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[s
     return model.adapt_checkpoint(state) if isinstance(model, Model) else state
 
 
-def load_state(model: nn.Module, state: dict[str, torch.Tensor], *, strict: bool = True) -> nn.Module:
-    """Load a state dict in vitlab's layout, adapted by the model's own hook. Strict (the default): anything that
-    does not fit raises CheckpointMismatchError listing the missing, unexpected and mis-shaped keys. Not strict:
-    what fits is loaded, the rest keeps the model's own values, and a warning lists it."""
+def load_state(model: nn.Module, state: dict[str, torch.Tensor], *, strict: bool = True,
+               labels: tuple[str, ...] | list[str] | None = None) -> nn.Module:
+    """Load a state dict in vitlab's layout, adapted by the model's own hook; `labels`: the checkpoint's classes,
+    by row, which its classifier rows are matched to the model's by (models/adapt.py's match_classes). Strict (the
+    default): anything that does not fit raises CheckpointMismatchError listing the missing, unexpected and
+    mis-shaped keys. Not strict: what fits is loaded, the rest keeps the model's own values, and a warning lists
+    it."""
+    if labels and hasattr(model, "classifier_keys"):
+        from .models.adapt import match_classes
+
+        state = match_classes(model, state, labels)
     state = adapt_state_dict(model, state)
     target = model.state_dict()
     missing = sorted(set(target) - set(state))

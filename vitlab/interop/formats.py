@@ -129,14 +129,23 @@ def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.T
 
     Strict: keys that do not fit are an error listing them, with two exceptions the model's hook makes and warns
     about (what fine-tuning expects to differ): a classification head for another class count (the model keeps its
-    fresh one) and position embeddings for another grid (resampled). `strict=False` loads what fits and warns.
+    fresh one) and position embeddings for another grid (resampled). Where the checkpoint and the model both name
+    their classes, the classifier is matched by name first (models/adapt.py's match_classes: the same names in
+    another order are reordered, a subset keeps its rows, other names start fresh, each said in a warning).
+    `strict=False` loads what fits and warns.
     `offline`: read the cache only (default: HF_HUB_OFFLINE). The LayerNorm epsilon is taken from the checkpoint
     where it says one (Hugging Face's config.json).
     """
+    labels = None
     if isinstance(source, dict):
         state = convert_state(source)  # another library's names (an official DETR's, ...), if any
     else:
+        from .hub import release_named
+
+        release = release_named(source)
         state, info = read_checkpoint(source, offline=offline)
         if info.norm_eps is not None:
             set_norm_eps(model, info.norm_eps)
-    return load_state(model, state, strict=strict)
+        # the checkpoint's classes: its file's own (vitlab's config, an id2label), else its release's
+        labels = info.architecture.get("labels") or (release.labels() if release and release.labels else None)
+    return load_state(model, state, strict=strict, labels=labels)

@@ -275,6 +275,9 @@ class DeformableDETR(Model):
     def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return adapt_detector_checkpoint(self, state)
 
+    def classifier_keys(self) -> tuple[str, ...]:
+        return tuple(key for key in self.state_dict() if key.startswith("class_embed."))
+
     def forward(self, images: torch.Tensor, padding_mask: torch.Tensor | None = None,
                 denoising: DenoisingQueries | None = None) -> DetectionOutput:
         """denoising: noised objects to decode beside the object queries (training with DN-DETR's denoising task;

@@ -206,6 +206,9 @@ class Model(nn.Module):
                                      (0 groups: the model has none, and layer decay is refused)
         adapt_checkpoint(state)      a checkpoint made ready for this model before it is loaded (a head for other
                                      classes, positions for another grid); default: the state as it is
+        classifier_keys()            the state's tensors whose rows are its classes, in label order (any rows
+                                     after them, a detector's "no object", are not classes): fine-tuning matches
+                                     them to a checkpoint's by name (models/adapt.py); default: none
         reads_prefix_only,           whether the head reads only the prefix tokens of the last block, and the
         forward_lean(images)         forward that computes only those rows (engine/lean.py trains through it)
         lean_exact                   whether forward_lean is the forward exactly in the current mode
@@ -235,6 +238,9 @@ class Model(nn.Module):
 
     def adapt_checkpoint(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return state
+
+    def classifier_keys(self) -> tuple[str, ...]:
+        return ()
 
     def forward_lean(self, images: torch.Tensor) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no lean forward (Model.reads_prefix_only is False)")

@@ -258,9 +258,11 @@ class SETR(Model):
         encoder = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
         state = {k: v for k, v in state.items() if not k.startswith("backbone.")}
         state.update({f"backbone.{k}": v for k, v in self.backbone.adapt_checkpoint(encoder).items()})
-        classifiers = [k for k, v in self.state_dict().items() if k.startswith(("decode_head.", "auxiliary_head."))
-                       and v.ndim > 0 and v.shape[0] == self.num_classes]
-        return fresh_classifiers(state, self.state_dict(), classifiers)
+        return fresh_classifiers(state, self.state_dict(), list(self.classifier_keys()))
+
+    def classifier_keys(self) -> tuple[str, ...]:
+        return tuple(k for k, v in self.state_dict().items() if k.startswith(("decode_head.", "auxiliary_head."))
+                     and v.ndim > 0 and v.shape[0] == self.num_classes)
 
     def no_weight_decay(self) -> set[str]:
         return {f"backbone.{name}" for name in self.backbone.no_weight_decay()}

@@ -373,6 +373,11 @@ class VisionTransformer(Model):
         """The classifier modules, replaced together when a checkpoint's class count differs."""
         return ("head",)
 
+    def classifier_keys(self) -> tuple[str, ...]:
+        target = self.state_dict()
+        return tuple(key for head in self.head_names() for kind in ("weight", "bias")
+                     if (key := f"{head}.{kind}") in target)
+
 
 # ---- presets: timm's names and sizes (ViT paper Table 1; Ti and S from DeiT) --------------------------------
 def _vit(patch: int, dim: int, depth: int, heads: int, img: int = 224, **kw) -> ViTConfig:

@@ -211,7 +211,7 @@ def load_run_model(run_dir: str | Path, which: str | None = None) -> nn.Module:
         warnings.simplefilter("always")
         load_weights(model, which)
     changes = [str(w.message) for w in adapted if "fine-tuning case" in str(w.message) or "resampled" in
-               str(w.message)]
+               str(w.message) or ("fresh" in str(w.message) and "matched by name" in str(w.message))]
     if changes:
         raise ValueError(f"{which} does not fit {run_dir}'s model as it is ({'; '.join(changes)}): to use these "
                          f"weights on this run's data, fine-tune them: vitlab train --weights {which} ...")
