@@ -235,3 +235,60 @@ def test_without_a_val_split_validation_images_are_held_out_of_training(tmp_path
     assert task.split["val_from"] == "train" and task.run_info()["data"]["split"]["seed"] == 0
     metrics = task.evaluate(Oracle(data.val, task.train_set.num_classes), data.val)
     assert metrics["map"] == pytest.approx(1.0) and metrics["mar_100"] == pytest.approx(1.0)
+
+
+# COCO 2017's 80 category ids: 1-90 with ten unused
+COCO_IDS = [i for i in range(1, 91) if i not in (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)]
+
+
+@pytest.mark.parametrize("scheme", ["from 0", "from 1", "gaps as COCO's"])
+def test_category_ids_are_the_annotation_files_own_in_every_answer(tmp_path, scheme):
+    """Inside, classes are contiguous; `vitlab eval`'s figures, its per-category table and the results file it
+    writes use the annotation file's own ids. An oracle's boxes score AP 1 through vitlab's evaluation, and through
+    pycocotools' own COCOeval reading the written file against the annotation file."""
+    import json
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    from vitlab.cli.main import main
+    from vitlab.engine.config import LoopConfig
+    from vitlab.tasks.detection import DetectionConfig, DetectionTask
+    from vitlab.tasks.detection.inference import evaluate_run, named_detections
+
+    mini = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
+    assert main(["make-scenes", "--out", str(tmp_path / "scenes"), "--train", "4", "--val", "6", "--test", "0",
+                 "--size", "64", "--scale", "16-32", "--data-dir", str(mini), "--allow-partial-data"]) == 0
+    files = sorted((tmp_path / "scenes" / "annotations").glob("*.json"))
+    original = [c["id"] for c in json.loads(files[0].read_text())["categories"]]
+    new_ids = {"from 0": list(range(len(original))), "from 1": list(range(1, len(original) + 1)),
+               "gaps as COCO's": COCO_IDS[10:10 + len(original)]}[scheme]  # 11, 13, 14, ...: across a gap
+    renumber = dict(zip(original, new_ids))
+    for path in files:
+        coco = json.loads(path.read_text())
+        coco["categories"] = [{**c, "id": renumber[c["id"]]} for c in coco["categories"]]
+        coco["annotations"] = [{**a, "category_id": renumber[a["category_id"]]} for a in coco["annotations"]]
+        path.write_text(json.dumps(coco))
+    task = DetectionTask(DetectionConfig(data=str(tmp_path / "scenes"), eval_batch_size=4), LoopConfig(batch_size=2))
+    data = task.build_data()
+    assert task.train_set.label_to_category == new_ids  # contiguous inside, the file's ids outside
+    (tmp_path / "run").mkdir()
+    saved = {"data": task.run_info()["data"]}
+    result = evaluate_run(task, Oracle(data.val, task.train_set.num_classes), saved, tmp_path / "run", split="val")
+    assert result["map"] == pytest.approx(1.0)
+    present = {a["category_id"] for a in task.val_set.coco["annotations"]}
+    assert [row["category_id"] for row in result["per_class"]] == new_ids
+    assert all(row["ap"] == pytest.approx(1.0) for row in result["per_class"] if row["category_id"] in present)
+    written = json.loads(Path(result["results_file"]).read_text())
+    assert {d["category_id"] for d in written if d["score"] > 0.5} == present  # the oracle's boxes, not its padding
+    ground_truth = COCO(str(task.val_set.annotations_file))
+    evaluator = COCOeval(ground_truth, ground_truth.loadRes(result["results_file"]), iouType="bbox")
+    evaluator.evaluate()
+    evaluator.accumulate()
+    evaluator.summarize()
+    assert evaluator.stats[0] == pytest.approx(1.0)
+    # what `vitlab predict --json`, the server and vitlab.pipeline say of a detection: the file's id and name
+    found = {"labels": torch.tensor([0, 2]), "scores": torch.tensor([0.9, 0.8]), "boxes": torch.zeros(2, 4)}
+    said = named_detections(torch.nn.Identity(), saved, found)
+    assert [(d["category_id"], d["label"]) for d in said] == [(new_ids[0], saved["data"]["classes"][0]),
+                                                             (new_ids[2], saved["data"]["classes"][2])]

@@ -14,7 +14,7 @@ from torch import nn
 from torchvision.transforms.v2 import functional as TF
 from torchvision.utils import draw_bounding_boxes
 
-from ...atomic import atomic_write
+from ...atomic import atomic_write, write_json
 from ...data.coco import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -25,7 +25,7 @@ from ...data.images import INPUT_HINT, read_image
 from ...data.preprocessing import Preprocessing
 from ...engine.loaders import EpochDataLoader
 from ..base import class_names
-from .coco_eval import format_table
+from .coco_eval import coco_metrics, format_table
 from .task import postprocessed
 
 
@@ -42,10 +42,18 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
                          f"trained on {saved['data']['classes']}; evaluate on data with the run's categories")
     loader = EpochDataLoader(dataset, batch_size or task.config.eval_batch_size, pad=False, collate_fn=pad_collate)
     start = time.perf_counter()
-    metrics = task.evaluate(model, loader)
-    return {**metrics, "split": split, "num_images": len(dataset),
-            "images_per_s": len(dataset) / (time.perf_counter() - start), "data": str(task.config.data),
-            "run_dir": str(run_dir)}
+    detections = task.detect(model, loader)  # category ids: the annotation file's own
+    seconds = time.perf_counter() - start
+    metrics = coco_metrics(dataset.coco, detections, image_ids=[image["id"] for image in dataset.images],
+                           per_class=True)
+    result = {**metrics, "num_detections": len(detections), "split": split, "num_images": len(dataset),
+              "images_per_s": len(dataset) / seconds, "data": str(task.config.data), "run_dir": str(run_dir)}
+    if Path(run_dir).is_dir():  # the detections as pycocotools' loadRes reads them, for any other COCO tool
+        path = Path(run_dir) / (f"coco-results-{split}.json" if data is None else
+                                f"coco-results-{split}-other-data.json")
+        write_json(path, detections)
+        result["results_file"] = str(path)
+    return result
 
 
 def format_evaluation(result: dict[str, Any], which: str) -> str:
