@@ -190,3 +190,69 @@ def test_a_model_by_name_is_served_beside_a_run(local_hub, photo_files):
                                 attention=False)
     assert answer["top_k"][0]["class"] == vitlab.pipeline(model="hf-hub:vitlab-test/hf-vit-served")(
         str(photo_files[0]))[0]["label"]
+
+
+def test_a_detector_by_name_is_scored_on_a_users_coco_folder_matching_categories_by_name(local_hub, tmp_path,
+                                                                                        capsys):
+    """`vitlab eval NAME --data DIR`: the folder's categories (ids 5 and 9 here) matched to the model's by name; its
+    detections (the results file) are transformers' own with the same weights, processor and mapping, and its AP
+    pycocotools' on those."""
+    from pathlib import Path
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    from vitlab.tasks.sources import open_source
+
+    repo = "vitlab-test/hf-detr-eval"
+    model, processor, names = hf_detr(local_hub, repo)
+    mini = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
+    assert main(["make-scenes", "--out", str(tmp_path / "scenes"), "--train", "0", "--val", "5", "--test", "0",
+                 "--size", "96", "--scale", "24-40", "--data-dir", str(mini), "--allow-partial-data"]) == 0
+    annotations = tmp_path / "scenes" / "annotations" / "instances_val.json"
+    coco = json.loads(annotations.read_text())
+    kept = sorted({a["category_id"] for a in coco["annotations"]})[:2]
+    renamed = {kept[0]: (5, "cat"), kept[1]: (9, "car")}
+    coco["categories"] = [{"id": i, "name": n} for i, n in renamed.values()]
+    coco["annotations"] = [{**a, "category_id": renamed[a["category_id"]][0]} for a in coco["annotations"]
+                           if a["category_id"] in renamed]
+    annotations.write_text(json.dumps(coco))
+    capsys.readouterr()
+    assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "scenes"), "--json"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert ours["split"] == "val" and [row["category_id"] for row in ours["per_class"]] == [5, 9]
+
+    ground_truth = COCO(str(annotations))
+    theirs = []
+    for image in coco["images"]:
+        picture = Image.open(tmp_path / "scenes" / "images" / "val" / image["file_name"]).convert("RGB")
+        with torch.no_grad():
+            found = processor.post_process_object_detection(model(**processor(picture, return_tensors="pt")),
+                                                            threshold=0.0, target_sizes=[(picture.height,
+                                                                                          picture.width)])[0]
+        for score, label, (x0, y0, x1, y1) in zip(found["scores"].tolist(), found["labels"].tolist(),
+                                                  found["boxes"].tolist()):
+            category = {"cat": 5, "car": 9}.get(names[label])
+            if category is not None:
+                theirs.append({"image_id": image["id"], "category_id": category, "score": score,
+                               "bbox": [x0, y0, x1 - x0, y1 - y0]})
+    # the detections themselves (a random detector's AP is 0 either way): vitlab's results file against transformers'
+    (tmp_path / "out").mkdir()
+    source = open_source(f"hf-hub:{repo}")
+    result = source.task.evaluate_run(source.model, source.saved, tmp_path / "out", data=str(tmp_path / "scenes"))
+    written = json.loads(Path(result["results_file"]).read_text())
+    key = lambda d: (d["image_id"], -d["score"])  # noqa: E731
+    written, theirs = sorted(written, key=key), sorted(theirs, key=key)
+    assert [(d["image_id"], d["category_id"]) for d in written] == [(d["image_id"], d["category_id"]) for d in theirs]
+    np.testing.assert_allclose([d["score"] for d in written], [d["score"] for d in theirs], atol=1e-4)
+    np.testing.assert_allclose([d["bbox"] for d in written], [d["bbox"] for d in theirs], atol=0.01)
+    evaluator = COCOeval(ground_truth, ground_truth.loadRes(theirs), iouType="bbox")
+    evaluator.evaluate()
+    evaluator.accumulate()
+    evaluator.summarize()
+    assert ours["map"] == pytest.approx(evaluator.stats[0], abs=1e-4)
+
+    coco["categories"].append({"id": 11, "name": "zebra"})
+    annotations.write_text(json.dumps(coco))
+    assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "scenes")]) == 2
+    assert "does not know 1 of the categories" in capsys.readouterr().err

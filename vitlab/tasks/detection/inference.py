@@ -28,6 +28,8 @@ from ..base import class_names
 from .coco_eval import coco_metrics, format_table
 from .task import postprocessed
 
+NO_CATEGORY = "N/A"  # a COCO release's unused slots (models/labels.py)
+
 
 def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | Path, data: str | None = None,
                  batch_size: int | None = None, split: str = "test", **_: Any) -> dict[str, Any]:
@@ -35,14 +37,19 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
     categories): the test part, or the validation part where the data has none, split as training split it."""
     if data:
         task.config = dataclasses.replace(task.config, data=str(Path(data).expanduser().resolve()))
-    _, val, test = task.datasets(train_transforms=False)
-    dataset, split = (test, "test") if split == "test" and test is not None else (val, "val")
-    if dataset.category_names != saved["data"]["classes"]:
-        raise ValueError(f"{dataset.annotations_file} names the categories {dataset.category_names}, the run was "
-                         f"trained on {saved['data']['classes']}; evaluate on data with the run's categories")
+    if "source" in saved:  # a model by name, on the user's folder: its categories matched by name
+        dataset, split = _named_split(task, saved, split)
+        label_to_category = _categories_by_name(class_names(model, saved), dataset, saved["source"])
+    else:
+        _, val, test = task.datasets(train_transforms=False)
+        dataset, split = (test, "test") if split == "test" and test is not None else (val, "val")
+        if dataset.category_names != saved["data"]["classes"]:
+            raise ValueError(f"{dataset.annotations_file} names the categories {dataset.category_names}, the run was "
+                             f"trained on {saved['data']['classes']}; evaluate on data with the run's categories")
+        label_to_category = None
     loader = EpochDataLoader(dataset, batch_size or task.config.eval_batch_size, pad=False, collate_fn=pad_collate)
     start = time.perf_counter()
-    detections = task.detect(model, loader)  # category ids: the annotation file's own
+    detections = task.detect(model, loader, label_to_category)  # category ids: the annotation file's own
     seconds = time.perf_counter() - start
     metrics = coco_metrics(dataset.coco, detections, image_ids=[image["id"] for image in dataset.images],
                            per_class=True)
@@ -54,6 +61,35 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
         write_json(path, detections)
         result["results_file"] = str(path)
     return result
+
+
+def _named_split(task, saved: dict[str, Any], split: str):
+    """The `split` part of the folder --data names (its val part where it has no test part), each image put through
+    the named model's own preprocessing (the release's or the file's)."""
+    from ...data.coco import CocoDetection, find_split, has_split
+
+    folder = task.config.data
+    found = split if has_split(folder, split) else "val"
+    preprocessing = _preprocessing(task, saved)
+
+    def transforms(image: torch.Tensor, target: dict[str, Any]):  # image: (3, H, W) in [0, 1], from uint8
+        return preprocessing((image * 255).round().to(torch.uint8)), target
+
+    return CocoDetection(*find_split(folder, found), channels=3, transforms=transforms), found
+
+
+def _categories_by_name(classes: list[str], dataset, source: str) -> list[int | None]:
+    """For each of a named model's classes, the id the annotation file gives the category of that name (None: not
+    one of the file's categories, and never reported); a category of the file the model does not know is refused."""
+    unknown = [name for name in dataset.category_names if name not in classes]
+    if unknown:
+        raise ValueError(f"{source} does not know {len(unknown)} of the categories of {dataset.annotations_file}: "
+                         f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''}; it detects "
+                         f"{', '.join(c for c in classes[:10] if c != NO_CATEGORY)} ...; fine-tune it on this data "
+                         f"(vitlab train --weights {source} --data ...), which keeps the heads of the categories it "
+                         f"knows")
+    by_name = dict(zip(dataset.category_names, dataset.label_to_category))
+    return [by_name.get(name) for name in classes]
 
 
 def format_evaluation(result: dict[str, Any], which: str) -> str:

@@ -210,12 +210,14 @@ class DetectionTask(Task):
 
     # -- evaluation ----------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def detect(self, model: nn.Module, loader) -> list[dict[str, Any]]:
-        """COCO-format detections of every image this process evaluates, boxes in original-image pixels."""
+    def detect(self, model: nn.Module, loader, label_to_category: list[int | None] | None = None
+               ) -> list[dict[str, Any]]:
+        """COCO-format detections of every image this process evaluates, boxes in original-image pixels; each of
+        the model's classes is the category `label_to_category` says (default: the data's own; None: not reported)."""
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
-        label_to_category = loader.dataset.label_to_category
+        label_to_category = label_to_category or loader.dataset.label_to_category
         detections: list[dict[str, Any]] = []
         for images, padding_mask, targets in loader:
             outputs = model(images.to(device), padding_mask.to(device))
@@ -223,8 +225,9 @@ class DetectionTask(Task):
             for target, found in zip(targets, postprocessed(model, outputs, sizes)):
                 xywh = box_convert(found["boxes"], "xyxy", "xywh").cpu().tolist()
                 for box, score, label in zip(xywh, found["scores"].tolist(), found["labels"].tolist()):
-                    detections.append({"image_id": target["image_id"], "category_id": label_to_category[label],
-                                       "bbox": [round(v, 2) for v in box], "score": round(score, 5)})
+                    if label_to_category[label] is not None:
+                        detections.append({"image_id": target["image_id"], "category_id": label_to_category[label],
+                                           "bbox": [round(v, 2) for v in box], "score": round(score, 5)})
         model.train(was_training)
         return detections
 
