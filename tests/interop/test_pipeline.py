@@ -256,3 +256,32 @@ def test_a_detector_by_name_is_scored_on_a_users_coco_folder_matching_categories
     annotations.write_text(json.dumps(coco))
     assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "scenes")]) == 2
     assert "does not know 1 of the categories" in capsys.readouterr().err
+
+
+def test_a_classifier_by_name_is_scored_on_a_users_folder_among_its_classes(local_hub, tmp_path, capsys):
+    """`vitlab eval NAME --data DIR` on a folder of two of the model's five classes: each image is classified among
+    those two (the model's columns for them, by name), as transformers' model answers on its own preprocessing."""
+    from transformers import pipeline as hf_pipeline
+
+    repo = "vitlab-test/hf-vit-eval"
+    hf_vit(local_hub, repo)
+    photos = {"rocket": skimage_data.rocket(), "tabby": skimage_data.chelsea(), "teapot": skimage_data.coffee()}
+    for name in ("rocket", "tabby"):
+        folder = tmp_path / "mine" / "test" / name
+        folder.mkdir(parents=True)
+        for i, size in enumerate((40, 64, 97)):
+            Image.fromarray(photos[name]).resize((size, size * 3 // 4)).save(folder / f"{i}.png")
+    assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "mine"), "--json"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    reference = hf_pipeline("image-classification", model=repo, top_k=5)
+    right = 0
+    for name in ("rocket", "tabby"):
+        for path in sorted((tmp_path / "mine" / "test" / name).glob("*.png")):
+            scores = {item["label"]: item["score"] for item in reference(Image.open(path))}
+            right += max(("rocket", "tabby"), key=scores.get) == name
+    assert ours["classes"] == ["rocket", "tabby"] and ours["num_images"] == 6 and ours["split"] == "test"
+    assert ours["accuracy"] == pytest.approx(right / 6)
+    (tmp_path / "mine" / "test" / "zebra").mkdir()
+    Image.fromarray(photos["teapot"]).save(tmp_path / "mine" / "test" / "zebra" / "0.png")
+    assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "mine")]) == 2
+    assert "does not know 1 of the folder's classes: zebra" in capsys.readouterr().err

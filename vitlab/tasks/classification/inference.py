@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ...engine.speed import check_bf16, maybe_compile
+from ..base import class_names
 from .evaluate import evaluate, with_test_time_flip
 from .reports import confusion_text, plot_confusion
 
@@ -36,7 +37,11 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
                  plot: bool = True, split: str = "test", test_time_flip: bool | None = None) -> dict[str, Any]:
     if bf16:
         check_bf16("cpu")
-    loader, classes, split = eval_loader_for_run(task, saved, data, data_dir, batch_size, split)
+    if "source" in saved:  # a model by name, on the user's image folder: its classes matched by name
+        loader, classes, split = _named_loader(saved, data, batch_size, split)
+        model = LogitsOf(model, columns_by_name(class_names(model, saved), classes, saved["source"]))
+    else:
+        loader, classes, split = eval_loader_for_run(task, saved, data, data_dir, batch_size, split)
     flip = run_flips(saved) if test_time_flip is None else test_time_flip
     result = evaluate(with_test_time_flip(maybe_compile(model, compile), flip), loader, bf16=bf16,
                       num_classes=len(classes))
@@ -48,6 +53,48 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
         name = "confusion.png" if data is None else "confusion-other-data.png"  # keep the run's own picture
         result["confusion_png"] = str(plot_confusion(result["confusion"], classes, Path(run_dir) / name))
     return result
+
+
+def _named_loader(saved: dict[str, Any], data: str | None, batch_size: int, split: str):
+    """(loader, classes, split) of an image folder for a model by name: its `split` part (test/ or val/, the other
+    where one is missing), else the whole folder, each image through the model's own preprocessing."""
+    from ...data.folder import ImageFolderDataset
+    from ...engine.loaders import EpochDataLoader
+
+    if not data or Path(data).expanduser() == Path("fashion-mnist"):
+        raise ValueError("--data: give an image folder (one subfolder per class, named as the model's classes) to "
+                         "score a model by name on")
+    root = Path(data).expanduser()
+    order = ("test", "val") if split == "test" else ("val", "test")
+    found = next((name for name in order if (root / name).is_dir()), None)
+    preprocessing = preprocessing_of(saved["data"])
+    dataset = ImageFolderDataset(root / found if found else root, transform=preprocessing,
+                                 channels=preprocessing.channels)
+    return EpochDataLoader(dataset, batch_size, pad=False), dataset.classes, found or "all"
+
+
+def columns_by_name(classes: list[str], folder_classes: list[str], source: str) -> list[int]:
+    """The model's output column of each of the folder's classes, by name; a class the model does not know is
+    refused."""
+    column = {name: i for i, name in reversed(list(enumerate(classes)))}
+    unknown = [name for name in folder_classes if name not in column]
+    if unknown:
+        raise ValueError(f"{source} does not know {len(unknown)} of the folder's classes: "
+                         f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''} (its classes are named "
+                         f"{', '.join(classes[:5])}, ...); fine-tune it on this data (vitlab train --weights "
+                         f"{source} --data ...), which keeps the rows of the classes it knows")
+    return [column[name] for name in folder_classes]
+
+
+class LogitsOf(nn.Module):
+    """A classifier answering among some of its classes only: its logits (B, K) -> (B, len(columns))."""
+
+    def __init__(self, model: nn.Module, columns: list[int]) -> None:
+        super().__init__()
+        self.model, self.columns = model, columns
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model(images)[..., self.columns]
 
 
 def run_flips(saved: dict[str, Any]) -> bool:
@@ -106,8 +153,6 @@ def predict_images(task, model: nn.Module, saved: dict[str, Any], images: list, 
                    batch_size: int = 32) -> list[list[dict[str, Any]]]:
     """The top-k classes of each image (PIL, any size and mode), preprocessed as the record says, `batch_size` at a
     time: per image [{"class", "index", "probability"}], most likely first."""
-    from ..base import class_names
-
     preprocessing = preprocessing_of(saved["data"])
     labels = class_names(model, saved)
     model = with_test_time_flip(model, run_flips(saved))
