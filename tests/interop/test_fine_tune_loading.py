@@ -151,3 +151,12 @@ def test_a_detector_keeps_the_rows_of_the_classes_it_keeps_and_its_no_object_row
         theirs, mine = release(images).logits, model(images).logits
     columns = [4, 0, *range(5, theirs.shape[-1])]  # cat, person, then DETR's "no object"
     torch.testing.assert_close(mine, theirs[..., columns])
+
+
+def test_a_model_built_without_names_takes_the_checkpoints_where_its_head_fits(tmp_path):
+    named_vit(tmp_path / "named.safetensors")
+    same = vitlab.create_model("vit_tiny_patch16_224", img_size=32, depth=1, num_classes=5)
+    assert vitlab.load_weights(same, tmp_path / "named.safetensors").config.labels == NAMES
+    other = vitlab.create_model("vit_tiny_patch16_224", img_size=32, depth=1, num_classes=3)
+    with pytest.warns(UserWarning, match="5 classes, the model 3"):
+        assert vitlab.load_weights(other, tmp_path / "named.safetensors").config.labels == ()

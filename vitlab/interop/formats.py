@@ -148,4 +148,9 @@ def load_weights(model: nn.Module, source: str | os.PathLike | dict[str, torch.T
             set_norm_eps(model, info.norm_eps)
         # the checkpoint's classes: its file's own (vitlab's config, an id2label), else its release's
         labels = info.architecture.get("labels") or (release.labels() if release and release.labels else None)
-    return load_state(model, state, strict=strict, labels=labels)
+    load_state(model, state, strict=strict, labels=labels)
+    config = getattr(model, "config", None)
+    if labels and hasattr(config, "named") and not config.labels:
+        model.config = config.named(tuple(labels))  # a model built without names takes the checkpoint's, where
+        # its head is the checkpoint's size (named() leaves a head of another size unnamed)
+    return model
