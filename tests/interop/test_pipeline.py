@@ -285,3 +285,12 @@ def test_a_classifier_by_name_is_scored_on_a_users_folder_among_its_classes(loca
     Image.fromarray(photos["teapot"]).save(tmp_path / "mine" / "test" / "zebra" / "0.png")
     assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "mine")]) == 2
     assert "does not know 1 of the folder's classes: zebra" in capsys.readouterr().err
+
+
+def test_attention_maps_of_a_model_by_name_through_its_own_preprocessing(local_hub, photo_files, tmp_path, capsys):
+    hf_vit(local_hub, "vitlab-test/hf-vit-attention")
+    name = "hf-hub:vitlab-test/hf-vit-attention"
+    assert main(["attention", name, str(photo_files[0]), "--out", str(tmp_path / "maps")]) == 0
+    top = vitlab.pipeline(model=name)(str(photo_files[0]))[0]["label"]
+    assert f"predicted {top}" in capsys.readouterr().out
+    assert Image.open(tmp_path / "maps" / "cat_attention.png").size[1] >= 224

@@ -82,3 +82,25 @@ def test_a_detectors_predictions_are_named_by_the_model(trained, tmp_path, capsy
     assert main(["predict", str(tmp_path / "detr"), str(image), "--threshold", "0.0", "--json"]) == 0
     detections = json.loads(capsys.readouterr().out)[0]["detections"]
     assert detections and all(d["label"] in names for d in detections)
+
+
+def test_every_release_that_names_its_classes_names_each_row_of_its_head():
+    """A release's label set has one name per class of the model it builds (ImageNet-1k's 1,000, COCO's 91 slots,
+    ADE20K's 150, Cityscapes' 19), each name once but COCO's "N/A" slots; the others (SETR on Pascal Context, whose
+    60 outputs' order is not known; IPT's restorers) name none."""
+    from vitlab.models.labels import NO_CATEGORY
+
+    named = [r for r in vitlab.list_pretrained() if r.labels]
+    assert {r.dataset for r in named} >= {"ImageNet-1k val", "COCO val2017", "ADE20K val", "Cityscapes val"}
+    for release in named:
+        labels = release.labels()
+        config = vitlab.get_config(release.model, **release.overrides)
+        assert len(labels) == config.fact("classes"), release.tag
+        real = [name for name in labels if name != NO_CATEGORY]
+        assert len(set(real)) == len(real) and all(name == name.strip() for name in real), release.tag
+    ade = vitlab.list_pretrained("setr_pup_vit_large_patch16_384.ade20k")[0].labels()
+    city = vitlab.list_pretrained("setr_pup_vit_large_patch16_384.cityscapes_80k")[0].labels()
+    # Cityscapes' trainIds (cityscapesScripts' labels.py) and ADE20K's objectInfo150 order, at a few known places
+    assert (city[0], city[11], city[13], city[18]) == ("road", "person", "car", "bicycle")
+    assert (ade[0], ade[2], ade[12], ade[20], ade[149]) == ("wall", "sky", "person", "car", "flag")
+    assert not vitlab.list_pretrained("setr_pup_vit_large_patch16_384.pascal_context")[0].labels

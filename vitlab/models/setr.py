@@ -33,6 +33,7 @@ from torch import nn
 
 from .adapt import fresh_classifiers
 from .family import ExportSpec, Model, ModelFamily, Release
+from .labels import ade20k_150, cityscapes_19
 from .registry import get_config, register_config, register_model
 
 
@@ -269,11 +270,14 @@ class SETR(Model):
 
 
 def _drive(tag: str, file_id: str, metric: dict[str, float], overrides: dict, dataset: str) -> Release:
-    """A SETR release: a Google Drive file of the official README, in the official code's layout."""
+    """A SETR release: a Google Drive file of the official README, in the official code's layout, naming the classes
+    of its data set where they are known (not Pascal Context's: models/labels.py says why)."""
+    labels = {"ADE20K val": ade20k_150, "Cityscapes val": cityscapes_19}.get(dataset)
     return Release(tag, f"https://drive.google.com/file/d/{file_id}/view?usp=sharing", "setr", licence="mit",
-                   metric=metric, dataset=dataset, overrides=overrides,
+                   metric=metric, dataset=dataset, overrides=overrides, labels=labels,
                    note="Google Drive: needs a browser (a confirmation page stands before the file); the file's name "
-                        "and hash are not published")
+                        "and hash are not published" + ("" if labels else "; its 60 classes' order is not known, so "
+                                                        "it answers with class indices"))
 
 
 @register_config

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ...data.registry import DatasetBundle, build_datasets
-from ...data.transforms import random_shift_crop_flip
+from ...data.transforms import build_eval_transform, random_shift_crop_flip
 from ...engine.augment import compose, mixup_cutmix, rand_augment, random_erasing
 from ...engine.distributed import DistInfo, all_reduce_sum
 from ...engine.loaders import EpochDataLoader, TensorLoader
@@ -168,7 +168,9 @@ class ClassificationTask(Task):
                          "num_val": len(b.val), "num_test": 0 if b.test is None else len(b.test), "split": b.split,
                          "channels": b.channels, "img_size": b.img_size,
                          "mean": list(b.mean), "std": list(b.std), "val_fraction": c.val_fraction,
-                         "skipped_images": int(getattr(dataset, "num_skipped", 0))}}
+                         "skipped_images": int(getattr(dataset, "num_skipped", 0)),
+                         # what its predictions, the server and the pipeline put an image through
+                         "preprocessing": build_eval_transform(b.img_size, b.mean, b.std, b.channels).to_dict()}}
 
     def _refuse_other_data(self, data: dict[str, Any]) -> None:
         """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
