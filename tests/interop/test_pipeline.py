@@ -217,10 +217,6 @@ def test_a_detector_by_name_is_scored_on_a_users_coco_folder_matching_categories
     coco["annotations"] = [{**a, "category_id": renamed[a["category_id"]][0]} for a in coco["annotations"]
                            if a["category_id"] in renamed]
     annotations.write_text(json.dumps(coco))
-    capsys.readouterr()
-    assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "scenes"), "--json"]) == 0
-    ours = json.loads(capsys.readouterr().out)
-    assert ours["split"] == "val" and [row["category_id"] for row in ours["per_class"]] == [5, 9]
 
     ground_truth = COCO(str(annotations))
     theirs = []
@@ -238,9 +234,10 @@ def test_a_detector_by_name_is_scored_on_a_users_coco_folder_matching_categories
                                "bbox": [x0, y0, x1 - x0, y1 - y0]})
     # the detections themselves (a random detector's AP is 0 either way): vitlab's results file against transformers'
     (tmp_path / "out").mkdir()
-    source = open_source(f"hf-hub:{repo}")
-    result = source.task.evaluate_run(source.model, source.saved, tmp_path / "out", data=str(tmp_path / "scenes"))
-    written = json.loads(Path(result["results_file"]).read_text())
+    source = open_source(f"hf-hub:{repo}")  # as `vitlab eval NAME --data DIR` opens it
+    ours = source.task.evaluate_run(source.model, source.saved, tmp_path / "out", data=str(tmp_path / "scenes"))
+    assert ours["split"] == "val" and [row["category_id"] for row in ours["per_class"]] == [5, 9]
+    written = json.loads(Path(ours["results_file"]).read_text())
     key = lambda d: (d["image_id"], -d["score"])  # noqa: E731
     written, theirs = sorted(written, key=key), sorted(theirs, key=key)
     assert [(d["image_id"], d["category_id"]) for d in written] == [(d["image_id"], d["category_id"]) for d in theirs]
@@ -254,6 +251,7 @@ def test_a_detector_by_name_is_scored_on_a_users_coco_folder_matching_categories
 
     coco["categories"].append({"id": 11, "name": "zebra"})
     annotations.write_text(json.dumps(coco))
+    capsys.readouterr()
     assert main(["eval", f"hf-hub:{repo}", "--data", str(tmp_path / "scenes")]) == 2
     assert "does not know 1 of the categories" in capsys.readouterr().err
 

@@ -106,14 +106,14 @@ def _open_run(name: str, task: str | None, weights: str | None, command: str | N
 
 def _open_name(name: str, task: str | None, command: str | None) -> Source:
     from ..interop.convert import model_from_checkpoint
-    from ..interop.hub import HF_HUB_PREFIX, names_remote_weights
+    from ..interop.hub import HF_HUB_PREFIX, WEIGHT_FILE_SUFFIXES, names_remote_weights
     from ..interop.preprocessing import preprocessing_for
     from .base import TASKS
 
     if not (Path(name).exists() or names_remote_weights(name) or name.startswith(HF_HUB_PREFIX)):
         from ..interop.hub import find_release
 
-        if "." in name and "/" not in name and os.sep not in name and not Path(name).suffix.startswith(".safet"):
+        if "." in name and "/" not in name and os.sep not in name and Path(name).suffix not in WEIGHT_FILE_SUFFIXES:
             find_release(name)  # an unknown tag: the error names the close ones
         raise FileNotFoundError(f"no run folder or model at {name}: give a folder written by `vitlab train`, a "
                                 f"release tag (vitlab models --pretrained), hf-hub:org/name or a weights file")
