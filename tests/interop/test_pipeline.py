@@ -6,6 +6,7 @@ transformers' pipeline and timm; a detector's boxes equal transformers' post-pro
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -292,3 +293,32 @@ def test_attention_maps_of_a_model_by_name_through_its_own_preprocessing(local_h
     top = vitlab.pipeline(model=name)(str(photo_files[0]))[0]["label"]
     assert f"predicted {top}" in capsys.readouterr().out
     assert Image.open(tmp_path / "maps" / "cat_attention.png").size[1] >= 224
+
+
+def test_a_restorer_and_a_vqgan_by_weights_file_restore_and_reconstruct(photo_files, tmp_path, capsys):
+    """`vitlab restore` and `vitlab reconstruct` take a vitlab weights file as they take a run: the restorer's
+    degradations are its heads (the answer names them), the VQGAN's images its own size."""
+    from vitlab.tasks.restoration.inference import restore_image
+
+    torch.manual_seed(0)
+    ipt = vitlab.create_model("ipt_small", degradations=("sr2", "denoise30"), num_layers=1).eval()
+    vitlab.save_weights(ipt, tmp_path / "ipt.safetensors")
+    small = tmp_path / "small.png"
+    Image.open(photo_files[2]).convert("RGB").save(small)
+    assert main(["restore", str(tmp_path / "ipt.safetensors"), str(small), "--degradation", "sr2", "--out",
+                 str(tmp_path / "restored"), "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)
+    expected = restore_image(ipt, torch.from_numpy(np.asarray(Image.open(small)).copy()).permute(2, 0, 1), "sr2")
+    restored = np.asarray(Image.open(item["output"]))
+    assert item["degradation"] == "sr2" and restored.shape[:2] == (122, 180)
+    assert np.array_equal(restored, expected.permute(1, 2, 0).numpy())
+    assert main(["restore", str(tmp_path / "ipt.safetensors"), str(small), "--degradation", "derain", "--out",
+                 str(tmp_path / "restored")]) == 2
+    assert "sr2, denoise30" in capsys.readouterr().err
+
+    vqgan = vitlab.create_model("vqgan_small").eval()
+    vitlab.save_weights(vqgan, tmp_path / "vqgan.safetensors")
+    assert main(["reconstruct", str(tmp_path / "vqgan.safetensors"), str(small), "--out", str(tmp_path / "rec"),
+                 "--json"]) == 0
+    (rebuilt,) = json.loads(capsys.readouterr().out)
+    assert Path(rebuilt["out"]).is_file() and np.asarray(rebuilt["codes"]).shape == (8, 8)

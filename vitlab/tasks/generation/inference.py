@@ -27,6 +27,17 @@ def vqgan_of(task, model, saved) -> tuple[torch.nn.Module, dict[str, Any]]:
     return load_vqgan_run(saved["config"]["vqgan"])
 
 
+def record_for(task, model, preprocessing) -> dict[str, Any]:
+    """What a VQGAN run records of its images, for a VQGAN without a run (a release, a file): their channels and
+    size, the model's own, unpadded. A prior by name is refused: it needs the VQGAN run it was trained on."""
+    from ...models.family import family_config
+
+    if task.name != "vqgan":
+        raise ValueError(f"a {task.name} model samples through the VQGAN run it was trained with: give its run folder")
+    config = family_config(model)
+    return {"channels": config.fact("channels"), "img_size": config.fact("image_size"), "pad": 0, "classes": []}
+
+
 def evaluate_run(task, model, saved: dict[str, Any], run_dir, data_dir: str | None = None,
                  classifier: str | None = None, samples: int | None = None, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, split: str = "test", **_: Any

@@ -6,14 +6,13 @@ import argparse
 import json
 
 from ...commands import command
-from ...engine.flags import SELECTED_WEIGHTS, add_weights_flag
+from ...engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 
 
 @command("reconstruct", order=170)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     r = subparsers.add_parser("reconstruct", help="encode images to codes and decode them with a trained VQGAN run")
-    r.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task vqgan` (or a prior "
-                   "run: its VQGAN)")
+    add_source_arguments(r, task=False)  # a vqgan run (a prior run: its VQGAN), or a VQGAN by name
     r.add_argument("images", metavar="IMAGE", nargs="+", help="image files (any format Pillow reads), resized to the "
                    "run's images")
     r.add_argument("--out", metavar="DIR", required=True, help="write NAME_reconstruction.png (input | output) here")
@@ -24,10 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_reconstruct(args: argparse.Namespace) -> int:
-    from ..launch import load_for_command
+    from ..sources import open_source
     from .inference import format_reconstruction, reconstruct_files
 
-    task, model, saved = load_for_command(args.run_dir, args.weights, "reconstruct")
-    results = reconstruct_files(task, model, saved, args.images, args.out)
+    source = open_source(args.run_dir, weights=args.weights, command="reconstruct")
+    results = reconstruct_files(source.task, source.model, source.saved, args.images, args.out)
     print(json.dumps(results) if args.json else "\n".join(format_reconstruction(item) for item in results))
     return 0

@@ -159,6 +159,12 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     return results
 
 
+def record_for(task, model: nn.Module, preprocessing) -> dict[str, Any]:
+    """What a restoration run records of its data, for a restorer without a run (a release, a file): the
+    degradations it undoes (its heads, by name), no photographs of its own. Its images are read as they are."""
+    return {"degradations": list(model.task_names), "test": []}
+
+
 def format_prediction(item: dict[str, Any]) -> str:
     size_in, size_out = "×".join(map(str, item["input_size"])), "×".join(map(str, item["output_size"]))
     scored = (f", PSNR-Y {item['psnr_y']:.2f} dB (input {item['input_psnr_y']:.2f})" if "psnr_y" in item else "")

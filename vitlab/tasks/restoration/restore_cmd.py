@@ -7,7 +7,7 @@ import argparse
 import json
 
 from ...commands import command
-from ...engine.flags import SELECTED_WEIGHTS, add_weights_flag
+from ...engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 from ..runtime_flags import add_runtime_flags, on_runtime
 
 
@@ -18,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("restore", help="restore images with a trained restoration run (super-resolve, "
                               "denoise, derain)")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train --task restoration`")
+    add_source_arguments(p, task=False)
     p.add_argument("images", metavar="IMAGE", nargs="+", help="image files (any format Pillow reads), any size")
     p.add_argument("--degradation", choices=DEGRADATIONS, help="what to undo: one of the run's tasks (default: its "
                    "first)")
