@@ -322,3 +322,16 @@ def test_a_restorer_and_a_vqgan_by_weights_file_restore_and_reconstruct(photo_fi
                  "--json"]) == 0
     (rebuilt,) = json.loads(capsys.readouterr().out)
     assert Path(rebuilt["out"]).is_file() and np.asarray(rebuilt["codes"]).shape == (8, 8)
+
+
+def test_a_segmenter_by_weights_file_answers_with_a_mask_of_its_named_classes(photo_files, tmp_path, capsys):
+    torch.manual_seed(0)
+    names = ("sky", "road", "tree")
+    setr = vitlab.create_model("setr_naive_small", num_classes=3, labels=names).eval()
+    vitlab.save_weights(setr, tmp_path / "setr.safetensors")
+    answer = vitlab.pipeline(model=str(tmp_path / "setr.safetensors"))(str(photo_files[2]))
+    assert answer["mask"].size == Image.open(photo_files[2]).size and answer["labels"] == dict(enumerate(names))
+    assert set(np.unique(np.asarray(answer["mask"]))) <= {0, 1, 2} and sum(answer["areas"].values()) == pytest.approx(1)
+    assert main(["predict", str(tmp_path / "setr.safetensors"), str(photo_files[2]), "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)
+    assert item["classes"] == {name: round(share, 4) for name, share in answer["areas"].items()}

@@ -4,6 +4,8 @@
     classify("cat.jpg")                      # [{"label": "tabby", "score": 0.62}, ...], the top 5
     detect = vitlab.pipeline(model="detr_resnet50.coco", threshold=0.7)
     detect(["street.jpg", photo])            # per image [{"label", "category_id", "score", "box": [x0, y0, x1, y1]}]
+    segment = vitlab.pipeline(model="runs/scenes-setr")
+    segment("scene.png")                     # {"mask": PIL image of class indices, "labels": {0: ...}, "areas": {...}}
 
 The model is anything the inference commands take (tasks/sources.py): a run folder, a release tag,
 hf-hub:org/name[@revision], a weights file. Images are paths, PIL images, numpy arrays ((H, W) or (H, W, C), uint8)
@@ -46,7 +48,11 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, ru
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
     source = open_source(model, task=task)
     if not hasattr(source.task._inference(), "pipeline_answer"):
-        raise ValueError(f"vitlab.pipeline answers for image classifiers and detectors; {model} is a "
+        from .base import TASKS
+
+        answering = [name for name, cls in TASKS.items()
+                     if cls.inference_module and hasattr(cls._inference(), "pipeline_answer")]
+        raise ValueError(f"vitlab.pipeline answers for {', '.join(answering)} models; {model} is a "
                          f"{source.task.name} model: use its commands (vitlab --help)")
     net = source.model
     if device is not None:

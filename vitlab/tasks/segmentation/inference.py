@@ -77,27 +77,56 @@ def palette(num_classes: int) -> np.ndarray:
     return colours
 
 
+def record_for(task, model: nn.Module, preprocessing) -> dict[str, Any]:
+    """What a segmentation run records of its data, for a model without a run (a release, a file): its classes (the
+    model's labels; their indices where it has none) and the crop its sliding windows take (the model's input
+    size). Images are read at their own size, normalised with ImageNet's mean and std."""
+    from ...models.family import family_config
+
+    config = family_config(model)
+    classes = list(config.labels) or [str(i) for i in range(config.fact("classes"))]
+    size = config.fact("image_size")
+    return {"classes": classes, "crop_size": size if isinstance(size, int) else size[0]}
+
+
 @torch.inference_mode()
+def predict_images(task, model: nn.Module, saved: dict[str, Any], images: list) -> list[np.ndarray]:
+    """Each image's class per pixel, (H, W) uint8 at the image's own size: sliding windows at the record's crop."""
+    model.eval()
+    device = next(model.parameters()).device
+    crop = saved["data"]["crop_size"]
+    stride = task.config.stride or max(1, crop * 2 // 3)
+    masks = []
+    for picture in images:
+        pixels = TF.to_dtype(TF.to_image(picture.convert("RGB")), torch.float32, scale=True)  # (3, H, W) in [0, 1]
+        image = TF.normalize(pixels, list(IMAGENET_MEAN), list(IMAGENET_STD))
+        logits = sliding_window_logits(model, image[None].to(device), crop, stride, task.config.eval_batch_size,
+                                       task.config.blend)
+        masks.append(logits.argmax(1)[0].cpu().numpy().astype(np.uint8))
+    return masks
+
+
+def pipeline_answer(model: nn.Module, saved: dict[str, Any], mask: np.ndarray) -> dict[str, Any]:
+    """One image's answer as `vitlab.pipeline` gives it: the mask (a PIL image whose pixel values are class
+    indices), the name of each index, and the share of the image each class present covers."""
+    classes = saved["data"]["classes"]
+    counts = np.bincount(mask.ravel(), minlength=len(classes))
+    return {"mask": Image.fromarray(mask, mode="L"), "labels": dict(enumerate(classes)),
+            "areas": {classes[i]: float(c) / mask.size for i, c in enumerate(counts) if c}}
+
+
 def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], out: str | None = None,
                   **_: Any) -> list[dict[str, Any]]:
     """Each image's per-pixel classes (sliding windows at the run's crop size): the share of the image each class
     covers; with `out`, NAME_mask.png (a palette PNG: pixel value = class index) and NAME_overlay.png there."""
     classes = saved["data"]["classes"]
-    model.eval()
-    device = next(model.parameters()).device
-    crop = saved["data"]["crop_size"]
-    stride = task.config.stride or max(1, crop * 2 // 3)
     colours = palette(len(classes))
-    results = []
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
-        picture = read_image(path, 3, hint=INPUT_HINT)
-        pixels = TF.to_dtype(TF.to_image(picture), torch.float32, scale=True)  # (3, H, W) in [0, 1]
-        image = TF.normalize(pixels, list(IMAGENET_MEAN), list(IMAGENET_STD))
-        logits = sliding_window_logits(model, image[None].to(device), crop, stride, task.config.eval_batch_size,
-                                       task.config.blend)
-        mask = logits.argmax(1)[0].cpu().numpy().astype(np.uint8)  # (H, W)
+    pictures = [read_image(path, 3, hint=INPUT_HINT) for path in paths]
+    results = []
+    for path, picture, mask in zip(paths, pictures, predict_images(task, model, saved, pictures)):
         counts = np.bincount(mask.ravel(), minlength=len(classes))
         item: dict[str, Any] = {"input": str(path), "size": list(mask.shape),
                                 "classes": {classes[i]: round(float(c) / mask.size, 4) for i, c in enumerate(counts)
@@ -108,10 +137,11 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
             stem = Path(path).stem
             indexed = Image.fromarray(mask, mode="P")
             indexed.putpalette(colours.ravel().tolist())
-            overlay = (0.5 * (pixels.permute(1, 2, 0).numpy() * 255) + 0.5 * colours[mask]).round().astype(np.uint8)
+            pixels = np.asarray(picture, dtype=np.float64)
+            overlay = (0.5 * pixels + 0.5 * colours[mask]).round().astype(np.uint8)
             item["mask"], item["overlay"] = str(folder / f"{stem}_mask.png"), str(folder / f"{stem}_overlay.png")
-            for target, picture in ((item["mask"], indexed), (item["overlay"], Image.fromarray(overlay))):
-                atomic_write(Path(target), lambda f, picture=picture: picture.save(f, format="PNG"), mode="wb")
+            for target, shown in ((item["mask"], indexed), (item["overlay"], Image.fromarray(overlay))):
+                atomic_write(Path(target), lambda f, shown=shown: shown.save(f, format="PNG"), mode="wb")
         results.append(item)
     return results
 
