@@ -102,8 +102,8 @@ def served(run_dir, backend: str) -> tuple:
 
     flags = Namespace(runtime=backend, precision="fp32", threads=None)  # `vitlab serve --runtime BACKEND`
 
-    def on_backend(model, path, which):
-        return on_runtime(model, flags, path, which)
+    def on_backend(model, source):
+        return on_runtime(model, flags, source)
 
     return load_runs([run_dir])[0], load_runs([run_dir], runtime=on_backend)[0]
 
