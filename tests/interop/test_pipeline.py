@@ -335,3 +335,18 @@ def test_a_segmenter_by_weights_file_answers_with_a_mask_of_its_named_classes(ph
     assert main(["predict", str(tmp_path / "setr.safetensors"), str(photo_files[2]), "--json"]) == 0
     (item,) = json.loads(capsys.readouterr().out)
     assert item["classes"] == {name: round(share, 4) for name, share in answer["areas"].items()}
+
+
+def test_a_converted_file_keeps_its_sources_preprocessing(local_hub, photo_files, tmp_path):
+    """`vitlab convert` writes the source's preprocessing (here a timm repo's pretrained_cfg) into the .safetensors
+    metadata: the file alone answers as the hub model does."""
+    publish_timm(local_hub, "vitlab-test/timm-convert", "vit_tiny_patch16_224", img_size=48, depth=1, num_classes=5,
+                 model_config={"label_names": list(CLASSES)})
+    name = "hf-hub:vitlab-test/timm-convert"
+    assert main(["convert", name, str(tmp_path / "converted.safetensors")]) == 0
+    from vitlab.interop.preprocessing import preprocessing_for
+
+    assert preprocessing_for(tmp_path / "converted.safetensors") == preprocessing_for(name)
+    assert preprocessing_for(name).resampler == "pil"
+    paths = [str(p) for p in photo_files]
+    assert vitlab.pipeline(model=str(tmp_path / "converted.safetensors"))(paths) == vitlab.pipeline(model=name)(paths)

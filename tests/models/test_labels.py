@@ -3,6 +3,7 @@ with the weights (the run's config.json, vitlab's safetensors metadata, an expor
 from each; names that disagree with the head are refused."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ def test_labels_fit_the_head_or_are_refused_naming_both_sizes():
 def test_a_run_writes_its_classes_names_wherever_its_weights_go(trained, tmp_path):
     from vitlab.cli.main import main
     from vitlab.interop import load_model
+    from vitlab.interop.preprocessing import preprocessing_for
     from vitlab.runtime.export import read_metadata
 
     for name in ("cls", "detr"):
@@ -40,6 +42,12 @@ def test_a_run_writes_its_classes_names_wherever_its_weights_go(trained, tmp_pat
             out = tmp_path / f"{name}.onnx"
             assert main(["export", str(run), "--format", "onnx", "--no-optimize", "--out", str(out)]) == 0
             assert tuple(read_metadata(out)["labels"]) == names  # the exported graph's
+            # and its preprocessing, in the file: the weights alone answer as the run does
+            assert preprocessing_for(run / "best.safetensors").to_dict() == saved["data"]["preprocessing"]
+            photos = sorted((Path(__file__).resolve().parents[2] / "docs" / "examples").glob("*.png"))
+            by_file = vitlab.pipeline(model=str(run / "best.safetensors"))([str(p) for p in photos])
+            by_run = vitlab.pipeline(model=str(run))([str(p) for p in photos])  # the run also flips (its option)
+            assert [answer[0]["label"] for answer in by_file] == [answer[0]["label"] for answer in by_run]
 
 
 def renamed_copy(source, run):

@@ -295,6 +295,9 @@ class _Loop:
             run.append_metrics(row)
             provenance = {"step": str(row["step"]), **({"epoch": str(row["epoch"])} if "epoch" in row else {}),
                           metric: str(row.get(metric, ""))}
+            preprocessing = self.run_info.get("data", {}).get("preprocessing")
+            if preprocessing:  # the weights say how their images are prepared, wherever the file goes
+                provenance["preprocessing"] = json.dumps(preprocessing)
             run.save_weights("last", self.model, provenance)
             if improved:
                 run.save_weights("best", self.model, provenance)

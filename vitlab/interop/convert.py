@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from ..checkpoint import load_model, save_weights
 from ..models.registry import build_model, config_type, get_config
 from .formats import load_weights, read_checkpoint
 from .hub import fetch, release_named
+from .preprocessing import PREPROCESSING_KEY, preprocessing_for
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:
@@ -57,4 +59,5 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, model_name: str | No
     if dst.is_dir():
         raise ValueError(f"{dst} is a folder; give the .safetensors file to write")
     model = model_from_checkpoint(src, model_name)
-    return save_weights(model, dst)
+    preprocessing = preprocessing_for(src)  # the source's (its release's, its hub files'), kept with the weights
+    return save_weights(model, dst, {PREPROCESSING_KEY: json.dumps(preprocessing.to_dict())} if preprocessing else None)
