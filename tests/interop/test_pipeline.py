@@ -350,3 +350,25 @@ def test_a_converted_file_keeps_its_sources_preprocessing(local_hub, photo_files
     assert preprocessing_for(name).resampler == "pil"
     paths = [str(p) for p in photo_files]
     assert vitlab.pipeline(model=str(tmp_path / "converted.safetensors"))(paths) == vitlab.pipeline(model=name)(paths)
+
+
+def test_a_model_by_name_is_quantized_on_calibration_images_and_keeps_its_labels_in_int8(local_hub, tmp_path,
+                                                                                          photo_files, capsys):
+    """`vitlab quantize NAME --calibration DIR`: int8 graphs in the hub cache beside the name's fp32 one, measured on
+    the calibration images (a name has no data of its own); `--precision int8` then answers with the model's names."""
+    hf_vit(local_hub, "vitlab-test/hf-vit-int8")
+    name = "hf-hub:vitlab-test/hf-vit-int8"
+    for label, photo in (("tabby", skimage_data.chelsea()), ("rocket", skimage_data.rocket())):
+        (tmp_path / "calibration" / label).mkdir(parents=True)
+        for i, size in enumerate((48, 64, 80, 96)):
+            Image.fromarray(photo).resize((size, size)).save(tmp_path / "calibration" / label / f"{i}.png")
+    assert main(["quantize", name, "--calibration", str(tmp_path / "calibration"), "--samples", "8", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["measured_on"] == str(tmp_path / "calibration") and report["graphs"]
+    assert main(["quantize", name]) == 2
+    assert "--calibration DIR" in capsys.readouterr().err
+    assert main(["predict", name, str(photo_files[0]), "--runtime", "onnxruntime", "--precision", "int8",
+                 "--json"]) == 0
+    printed = capsys.readouterr()
+    assert "no calibrated int8 graph" not in printed.err  # the graph `vitlab quantize` calibrated is found
+    assert json.loads(printed.out)[0]["top_k"][0]["class"] in CLASSES

@@ -184,8 +184,9 @@ def test_guard_flags_each_figure_beyond_its_allowed_drop():
 @pytest.mark.parametrize("run, figure", [("detr", "map_50"), ("setr", "miou"), ("ipt", "degradations.sr2.psnr_y"),
                                          ("vqgan", "psnr")])
 def test_quantize_every_task_reports_its_own_figure(trained, capsys, tmp_path, run, figure):
+    run_dir = trained[run]  # trained here by the first test to ask for it, which prints its progress
     capsys.readouterr()
-    assert main(["quantize", str(trained[run]), "--samples", "8", "--out", str(tmp_path), "--json"]) == 0
+    assert main(["quantize", str(run_dir), "--samples", "8", "--out", str(tmp_path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert figure in report["fp32"] and figure in report["int8"]
     assert figure in {check["figure"] for check in report["checks"]}

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..commands import command
-from ..engine.flags import SELECTED_WEIGHTS, add_weights_flag
+from ..engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 
 
 @command("quantize", order=80)
@@ -17,12 +17,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("quantize", help="int8 graphs of a trained run for onnxruntime or openvino, with the "
                               "answers they keep measured on its validation data")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="folder written by `vitlab train`")
+    add_source_arguments(p, task=False)
     p.add_argument("--backend", choices=["onnxruntime", "openvino"], default="onnxruntime",
                    help="the runtime the graphs are for: onnxruntime (its static quantization, QDQ) or openvino "
                         "(NNCF's post-training quantization) (default: onnxruntime)")
     p.add_argument("--calibration", metavar="DATA", help="calibrate on this data, in the run's format (what `vitlab "
-                   "eval --data` takes) (default: the run's validation data)")
+                   "eval --data` takes) (default: the run's validation data; a model by name needs it, and is "
+                   "measured on it)")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="calibration inputs per graph: images, or "
                    f"a restorer's tiles (default: {DEFAULT_SAMPLES})")
     p.add_argument("--out", metavar="DIR", help="where the int8 graphs and the report go (default: RUN_DIR/runtime, "

@@ -35,34 +35,36 @@ def quantize_run(run_dir: str | Path, backend: str = "onnxruntime", calibration:
     format (as `vitlab eval --data` takes); `samples`: calibration inputs (images, or a restorer's tiles) per graph;
     `keep_fp32`: module paths (fnmatch patterns, 'blocks.11.*') kept in fp32 beside the family's own; `dynamic`: no
     calibration (onnxruntime)."""
-    from ..engine.run import RunDir
     from ..runtime import runtime_model
-    from ..runtime.export import run_cache
-    from .launch import load_run_model, load_task
+    from .sources import open_source
 
-    task, saved = load_task(run_dir)
+    source = open_source(run_dir, weights=weights)
+    task, saved, model = source.task, source.saved, source.model
     if task.python_loop:
         raise ValueError(f"a {task.name} run cannot be quantized: {task.python_loop}")
-    run = RunDir(run_dir)
-    weights = run.selected_weights(weights)
-    model = load_run_model(run.path, weights)
-    cache_dir, cache_name = run_cache(run.path, weights)
+    named = source.run_dir is None
+    if named and not calibration:
+        raise ValueError(f"--calibration DIR: {source.name} is a model by name, with no data of its own; give images "
+                         f"in the format `vitlab eval {source.name} --data` takes (its classes' names)")
+    cache_dir, cache_name = source.runtime_cache
     cache_dir = Path(out) if out else cache_dir
-    evaluate = _evaluation(task, saved, run.path)
+    evaluate = _evaluation(task, saved, source.run_dir or source.name)
+    measured = {"data": calibration} if named else {}  # a name's figures: on the calibration data, its only data
 
     recorder = calibration_recorder(model, samples, cache_dir, cache_name)
     if calibration:
         evaluate(recorder.as_model(), data=calibration)
-        reference = evaluate(runtime_model(model, "torch", "fp32").as_model())
+        reference = evaluate(runtime_model(model, "torch", "fp32").as_model(), **measured)
     else:
         reference = evaluate(recorder.as_model())  # the fp32 figures, and the calibration inputs
     int8, written = recorder.write_int8(backend, {pattern: "asked for (--keep-fp32)" for pattern in keep_fp32 or ()},
                                         dynamic)
     agreement = _Agreement(int8, runtime_model(model, "torch", "fp32"), task)
-    quantized = evaluate(agreement.as_model())
+    quantized = evaluate(agreement.as_model(), **measured)
     report = {
-        "run": str(run.path), "weights": weights, "backend": backend, "isa": cpu_int8_isa(),
+        "run": str(source.run_dir or source.name), "weights": source.weights, "backend": backend, "isa": cpu_int8_isa(),
         "calibration": "dynamic" if dynamic else (calibration or "the run's validation data"),
+        "measured_on": calibration if named else "the run's validation data",
         "graphs": written, "fp32": _figures(reference, task.int8_guard), "int8": _figures(quantized, task.int8_guard),
         **agreement.result(),
     }
