@@ -372,3 +372,23 @@ def test_a_model_by_name_is_quantized_on_calibration_images_and_keeps_its_labels
     printed = capsys.readouterr()
     assert "no calibrated int8 graph" not in printed.err  # the graph `vitlab quantize` calibrated is found
     assert json.loads(printed.out)[0]["top_k"][0]["class"] in CLASSES
+
+
+def test_scoring_a_model_folder_writes_nothing_into_it(tmp_path, capsys):
+    """A Hugging Face model folder given by path is read, never written: `vitlab eval` keeps its pictures and
+    results files for run folders."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    folder = tmp_path / "hf-model"
+    ViTForImageClassification(ViTConfig(image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=1,
+                                        num_attention_heads=3, intermediate_size=96,
+                                        id2label=dict(enumerate(CLASSES)))).save_pretrained(folder)
+    before = sorted(p.name for p in folder.iterdir())
+    for name in ("rocket", "tabby"):
+        (tmp_path / "mine" / name).mkdir(parents=True)
+        Image.fromarray(skimage_data.rocket() if name == "rocket" else skimage_data.chelsea()).resize((40, 30)).save(
+            tmp_path / "mine" / name / "0.png")
+    assert main(["eval", str(folder), "--data", str(tmp_path / "mine"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_images"] == 2
+    assert sorted(p.name for p in folder.iterdir()) == before

@@ -25,6 +25,7 @@ from ...data.images import INPUT_HINT, read_image
 from ...data.preprocessing import Preprocessing
 from ...engine.loaders import EpochDataLoader
 from ..base import class_names
+from ..sources import is_run_folder
 from .coco_eval import coco_metrics, format_table
 from .task import postprocessed
 
@@ -55,7 +56,7 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
                            per_class=True)
     result = {**metrics, "num_detections": len(detections), "split": split, "num_images": len(dataset),
               "images_per_s": len(dataset) / seconds, "data": str(task.config.data), "run_dir": str(run_dir)}
-    if Path(run_dir).is_dir():  # the detections as pycocotools' loadRes reads them, for any other COCO tool
+    if is_run_folder(run_dir):  # the detections as pycocotools' loadRes reads them (never into a model's folder)
         path = Path(run_dir) / (f"coco-results-{split}.json" if data is None else
                                 f"coco-results-{split}-other-data.json")
         write_json(path, detections)
@@ -150,8 +151,6 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
                   threshold: float = 0.5, **_: Any) -> list[dict[str, Any]]:
     """Detections of each image above `threshold`: label, category id, score, box (x0, y0, x1, y1) in the image's
     pixels; with `out`, the image with its boxes drawn is written there as NAME.png."""
-    if not 0.0 <= threshold < 1.0:
-        raise ValueError(f"--threshold must be in [0, 1), got {threshold}")
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
