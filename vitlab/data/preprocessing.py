@@ -153,15 +153,3 @@ class Preprocessing:
             image = TF.pil_to_tensor(image)
         pixels = TF.to_dtype(image, torch.float32, scale=True)
         return TF.normalize(pixels, list(self.mean), list(self.std))
-
-    def batch(self, images: Sequence[Image.Image | torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Several images as one batch: (B, channels, H, W) zero-padded at the bottom and right where their sizes
-        differ, and the mask (B, H, W), True at padding."""
-        shown = [self(image) for image in images]
-        height, width = max(x.shape[1] for x in shown), max(x.shape[2] for x in shown)
-        pixels = shown[0].new_zeros(len(shown), self.channels, height, width)
-        mask = torch.ones(len(shown), height, width, dtype=torch.bool)
-        for i, x in enumerate(shown):
-            pixels[i, :, : x.shape[1], : x.shape[2]] = x
-            mask[i, : x.shape[1], : x.shape[2]] = False
-        return pixels, mask

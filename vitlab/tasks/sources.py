@@ -23,7 +23,6 @@ from typing import Any
 
 from torch import nn
 
-from ..data.preprocessing import Preprocessing
 from ..engine.run import RunDir
 from ..models.family import family_config
 from .base import Task
@@ -56,11 +55,6 @@ class Source:
             return run_cache(self.run_dir, self.weights, None if self.weights in WEIGHT_NAMES else fetch(self.weights))
         folder = cache_dir() / GRAPH_CACHE / re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name.removeprefix("hf-hub:"))
         return run_cache(folder, self.name, fetch(self.name))
-
-    @property
-    def preprocessing(self) -> Preprocessing | None:
-        record = self.saved.get("data", {}).get("preprocessing")
-        return Preprocessing.from_dict(record) if record else None
 
 
 def is_run_folder(path: str | os.PathLike) -> bool:
