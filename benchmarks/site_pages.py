@@ -69,44 +69,49 @@ def pages(site: Path) -> list[str]:
     return found
 
 
-def check_page(browser, url: str) -> list[str]:
-    """What is wrong with one page: requests that failed, a missing title or heading, images that did not load."""
-    problems: list[str] = []
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}"))
-    page.on("response", lambda response: response.status >= 400 and problems.append(
-        f"HTTP {response.status}: {response.url}"))
-    try:
-        page.goto(url, wait_until="load")
-        if not page.title():
-            problems.append("no title")
-        if page.locator("article h1").count() == 0:
-            problems.append("no heading in the article")
-        broken = page.evaluate("""() => Array.from(document.images)
-            .filter(img => !img.complete || img.naturalWidth === 0).map(img => img.src)""")
-        problems += [f"image did not load: {src}" for src in broken]
-    finally:
-        page.close()
+def check_page(page, url: str, problems: list[str]) -> list[str]:
+    """What is wrong with one page, opened in the browser tab `page` (whose failed requests and error responses
+    `watch` appends to `problems`): a missing title or heading, images that did not load."""
+    page.goto(url, wait_until="load")
+    if not page.title():
+        problems.append("no title")
+    if page.locator("article h1").count() == 0:
+        problems.append("no heading in the article")
+    broken = page.evaluate("""() => Array.from(document.images)
+        .filter(img => !img.complete || img.naturalWidth === 0).map(img => img.src)""")
+    problems += [f"image did not load: {src}" for src in broken]
     return problems
 
 
+def watch(page, report: dict[str, list[str]], current: list[str]) -> None:
+    """Record the tab's failed requests and error responses under the page being checked (current[0])."""
+    page.on("requestfailed", lambda request: report[current[0]].append(f"request failed: {request.url}"))
+    page.on("response", lambda response: response.status >= 400 and report[current[0]].append(
+        f"HTTP {response.status}: {response.url}"))
+
+
 def check_site(site: Path, screenshots: Path | None = None) -> dict[str, list[str]]:
-    """Every page's problems (none: an empty list), with the home page and DETR's shot into `screenshots`."""
+    """Every page's problems (none: an empty list), with the home page and DETR's shot into `screenshots`. The
+    pages are opened one after the other in one tab (a new tab per page cost half as much again as the pages)."""
     from playwright.sync_api import sync_playwright
 
     from benchmarks.serve_pages import launch
 
-    report = {}
+    report: dict[str, list[str]] = {}
     with served(site) as base, sync_playwright() as playwright:
         browser = launch(playwright)
         try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            current = [""]
+            watch(page, report, current)
             for path in pages(site):
-                report[path] = check_page(browser, base + path)
+                current[0] = path
+                report[path] = []
+                check_page(page, base + path, report[path])
             for name, path in (SCREENSHOTS.items() if screenshots else ()):
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.goto(base + path, wait_until="load")
                 page.screenshot(path=str(screenshots / name))
-                page.close()
+            page.close()
         finally:
             browser.close()
     return report

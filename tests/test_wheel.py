@@ -43,7 +43,8 @@ def test_the_wheel_installs_into_a_fresh_environment_and_runs(tmp_path):
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", wheel)
 
-    assert "train" in _run(env / "bin" / "vitlab", "--help")
+    top = _run(env / "bin" / "vitlab", "--help")
+    assert "train" in top
     assert "vit_base_patch16_224" in _run(env / "bin" / "vitlab", "models")
     out = _run(python, "-c", """
 import importlib.resources, torch, vitlab
@@ -64,5 +65,4 @@ for command in commands:
     assert f"usage: vitlab {command}" in out.getvalue(), command
 print(" ".join(commands))
 """, cwd=tmp_path).split()
-    top = _run(env / "bin" / "vitlab", "--help")
     assert len(listed) >= 15 and all(f"    {command}" in top for command in listed)

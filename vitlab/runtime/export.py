@@ -304,7 +304,34 @@ def _write_openvino(graph: Graph, path: Path) -> None:
                           f"{' and '.join('×'.join(map(str, x.shape)) for x in graph.example)} ("
                           f"{' '.join(str(error).split())[-200:]}); run it on onnxruntime, compile or "
                           f"torch") from error
+    # which module each op comes from: an int8 graph quantized later starts from this model, not a new trace
+    model.set_rt_info(json.dumps(traced_modules(program)), [TRACED_MODULES])
     save_openvino(model, graph, path, metadata(graph))
+
+
+# the rt_info key of an OpenVINO model's {traced node: [its module in the vitlab model, whether it has a weight]}
+TRACED_MODULES = "vitlab_traced_modules"
+
+
+def traced_modules(program: torch.export.ExportedProgram) -> dict[str, list[Any]]:
+    """{node name: [module path, has a weight]} for each op of `program`. OpenVINO names each op it converts after
+    its traced node ('linear_12/aten.linear.default/MatMul'), so that an op is found by its module through this."""
+    return {node.name: [_module_of_node(node), any(word in str(node.target) for word in ("linear", "conv"))]
+            for node in program.graph.nodes if node.op == "call_function"}
+
+
+def module_of(scopes: list[str]) -> str:
+    """A traced node's module path in the vitlab model ('blocks.3.attn.qkv'), from the exporter's scope list
+    (['', 'model', 'model.fast.blocks.3', ..., 'linear_12']: its last entry is the node itself). The graph's wrapper
+    (`model.`) and the inference path's (`fast.`) are left out."""
+    modules = [s for s in scopes[:-1] if s]
+    path = modules[-1] if modules else ""
+    return re.sub(r"^model(\.fast|\.wrapped)*\.?", "", path)
+
+
+def _module_of_node(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return module_of([next(reversed(stack.values()))[0], node.name]) if stack else ""
 
 
 def save_openvino(model: Any, graph: Graph, path: Path, record: dict[str, Any]) -> None:

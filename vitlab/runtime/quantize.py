@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from .export import _replace, exported_program, metadata, require
+from .export import TRACED_MODULES, _replace, exported_program, metadata, module_of, require, traced_modules
 from .graphs import Graph
 
 QUANTIZED_OPS = ("MatMul", "Gemm", "Conv")  # ONNX ops with a weight operand; OpenVINO's MatMul/Convolution alike
@@ -68,28 +67,21 @@ def family_plan(graph: Graph) -> Any:
     return config_type(graph.family)
 
 
-def module_of(scopes: Sequence[str]) -> str:
-    """A traced node's module path in the vitlab model ('blocks.3.attn.qkv'), from the exporter's scope list
-    (['', 'model', 'model.fast.blocks.3', ..., 'linear_12']: its last entry is the node itself). The graph's wrapper
-    (`model.`) and the inference path's (`fast.`) are left out."""
-    modules = [s for s in scopes[:-1] if s]
-    path = modules[-1] if modules else ""
-    return re.sub(r"^model(\.fast|\.wrapped)*\.?", "", path)
-
-
 def keeps_fp32(module: str, patterns: dict[str, str]) -> bool:
     return any(fnmatch.fnmatchcase(module, pattern) for pattern in patterns)
 
 
 def quantize_graph(graph: Graph, out: str | os.PathLike, backend: str = "onnxruntime",
                    samples: Sequence[tuple[np.ndarray, ...]] | None = None, keep_fp32: dict[str, str] | None = None,
-                   fp32_onnx: str | os.PathLike | None = None) -> dict[str, Any]:
+                   fp32_onnx: str | os.PathLike | None = None, fp32_openvino: str | os.PathLike | None = None
+                   ) -> dict[str, Any]:
     """Write `graph` in int8 to `out` (.onnx for onnxruntime, .xml for openvino) and return what was done (the
     record the file carries under `vitlab`'s `int8`).
 
     `samples`: calibration batches, each a tuple of the graph's inputs as numpy arrays; None: dynamic quantization
     (onnxruntime only: activations scaled per call). `keep_fp32`: module-path patterns (fnmatch) kept in fp32 beside
-    the family's, with why. `fp32_onnx`: the graph's fp32 ONNX file where one is written already (onnxruntime)."""
+    the family's, with why. `fp32_onnx`, `fp32_openvino`: the graph's fp32 ONNX file or OpenVINO model where one is
+    written already, quantized without tracing the graph again."""
     keep = dict(family_plan(graph).int8_fp32) | dict(keep_fp32 or {})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -109,7 +101,7 @@ def quantize_graph(graph: Graph, out: str | os.PathLike, backend: str = "onnxrun
         if samples is None:
             raise ValueError("OpenVINO quantizes with calibration data only: give the run's data (or --calibration) "
                              "or use --backend onnxruntime, which can quantize dynamically")
-        record |= _quantize_openvino(graph, out, samples, keep, record)
+        record |= _quantize_openvino(graph, out, samples, keep, record, fp32_openvino)
     else:
         raise ValueError(f"int8 graphs are made for onnxruntime or openvino, not {backend!r}")
     return record
@@ -234,17 +226,16 @@ def _fp32_for_fp32_readers(proto, excluded: list[str]) -> None:
 
 
 # -- OpenVINO (NNCF) -----------------------------------------------------------------------------------------------
-def _quantize_openvino(graph: Graph, out: Path, samples, keep: dict[str, str], record: dict[str, Any]
-                       ) -> dict[str, Any]:
-    ov = require("openvino", "int8 on OpenVINO")
+def _quantize_openvino(graph: Graph, out: Path, samples, keep: dict[str, str], record: dict[str, Any],
+                       fp32_openvino: str | os.PathLike | None = None) -> dict[str, Any]:
+    require("openvino", "int8 on OpenVINO")
     nncf = require("nncf", "int8 on OpenVINO")
     from .export import save_openvino
 
-    program = exported_program(graph)
-    # OpenVINO names each op after the traced node it comes from ('linear_12/aten.linear.default/MatMul'); the
-    # program knows each node's module
-    kept = [node for node in program.graph.nodes if node.op == "call_function" and keeps_fp32(_fx_module(node), keep)]
-    ignored = nncf.IgnoredScope(patterns=[f"^{re.escape(node.name)}/" for node in kept], validate=False)
+    model, modules = _fp32_openvino_model(graph, fp32_openvino)
+    # OpenVINO names each op after the traced node it comes from ('linear_12/aten.linear.default/MatMul')
+    kept = [name for name, (module, _) in modules.items() if keeps_fp32(module, keep)]
+    ignored = nncf.IgnoredScope(patterns=[f"^{re.escape(name)}/" for name in kept], validate=False)
     transformer = family_plan(graph).int8_transformer
     advanced = nncf.AdvancedQuantizationParameters(
         overflow_fix=nncf.OverflowFix.ENABLE if record["reduce_range"] else nncf.OverflowFix.DISABLE)
@@ -256,22 +247,24 @@ def _quantize_openvino(graph: Graph, out: Path, samples, keep: dict[str, str], r
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             quantized = nncf.quantize(
-                ov.convert_model(program), nncf.Dataset(list(samples), list), subset_size=len(samples),
+                model, nncf.Dataset(list(samples), list), subset_size=len(samples),
                 model_type=nncf.ModelType.TRANSFORMER if transformer else None, ignored_scope=ignored,
                 target_device=nncf.TargetDevice.CPU, fast_bias_correction=True, advanced_parameters=advanced)
     finally:
         nncf.set_log_level(level)
     fake = sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ordered_ops())
-    done = {"fake_quantize_ops": fake, "fp32_nodes": sum(_has_weight(node) for node in kept)}
+    done = {"fake_quantize_ops": fake, "fp32_nodes": sum(modules[name][1] for name in kept)}
     save_openvino(quantized, graph, out, metadata(graph) | {"int8": record | done})
     return done
 
 
-def _has_weight(node: torch.fx.Node) -> bool:
-    """A linear layer or a convolution (what would have been quantized)."""
-    return any(word in str(node.target) for word in ("linear", "conv"))
-
-
-def _fx_module(node: torch.fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    return module_of([next(reversed(stack.values()))[0], node.name]) if stack else ""
+def _fp32_openvino_model(graph: Graph, fp32_openvino: str | os.PathLike | None) -> tuple[Any, dict[str, list]]:
+    """The graph's fp32 OpenVINO model and {traced node: [module, has a weight]}: read from the fp32 model the
+    cache holds where it records them (export._write_openvino does), else traced and converted anew."""
+    ov = require("openvino", "int8 on OpenVINO")
+    if fp32_openvino is not None:
+        model = ov.Core().read_model(str(fp32_openvino))
+        if model.has_rt_info([TRACED_MODULES]):
+            return model, json.loads(model.get_rt_info([TRACED_MODULES]).astype(str))
+    program = exported_program(graph)
+    return ov.convert_model(program), traced_modules(program)
