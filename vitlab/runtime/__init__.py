@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..reading import reading
 from .backends import (
     BACKENDS,
     PRECISIONS,
@@ -298,7 +299,8 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     elif backend == "openvino":
         engine = OpenVinoBackend(str(path), settings, precision)
     else:
-        program = torch.export.load(str(path))
+        with reading(path, "a torch.export program"):
+            program = torch.export.load(str(path))
         engine = TorchBackend(program.module(), settings, precision, compile=backend == "compile")
     return Runtime(backend, precision, settings, record["kind"], tuple(record["inputs"]), tuple(record["outputs"]),
                    method=record["method"], engine=engine, task=record.get("task"), family=record.get("family"))

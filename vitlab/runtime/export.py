@@ -17,6 +17,7 @@ import json
 import os
 import re
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +353,14 @@ def save_openvino(model: Any, graph: Graph, path: Path, record: dict[str, Any]) 
             tmp.with_suffix(".bin").unlink(missing_ok=True)
 
 
+def _pt2_extra_file(path: Path, name: str) -> str | None:
+    """An extra file of a .pt2 archive, read from the zip it is, without loading the program (deserializing a
+    detector's symbolic shapes takes seconds); None where it has none."""
+    with zipfile.ZipFile(path) as archive:
+        found = [entry for entry in archive.namelist() if entry.endswith(f"/extra/{name}")]
+        return archive.read(found[0]).decode() if found else None
+
+
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """The `vitlab` record of an exported file (ONNX, OpenVINO .xml or .pt2)."""
     path = Path(path)
@@ -368,10 +377,8 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
             model = ov.Core().read_model(str(path))
         record = model.get_rt_info(["vitlab"]).astype(str) if model.has_rt_info(["vitlab"]) else None
     elif path.suffix == ".pt2":
-        extra = {"vitlab.json": ""}
         with reading(path, "a torch.export program"):
-            torch.export.load(str(path), extra_files=extra)
-        record = extra["vitlab.json"] or None
+            record = _pt2_extra_file(path, "vitlab.json")
     else:
         raise ValueError(f"{path} is not an exported model: expected .onnx, .xml (OpenVINO) or .pt2")
     if not record:
