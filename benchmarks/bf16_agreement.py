@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> dict:
         for precision in precisions:
             if (backend, precision) in (("onnxruntime", "bf16"), ("torch", "int8")):
                 continue  # onnxruntime runs fp32 and int8, torch fp32 and bf16 (runtime/backends.py)
-            engine = (runtime.load(args.run, backend, weights=weights, precision="int8") if precision == "int8"
-                      else runtime.load(model, backend=backend, precision=precision))
+            # the run's own graphs: the fp32 graph the int8 one was quantized from, exported once
+            engine = runtime.load(args.run, backend, weights=weights, precision=precision)
             engine(batches[0][0])  # export and compile outside the clock
             start = time.perf_counter()
             logits = torch.cat([torch.as_tensor(engine(x)).float() for x, _ in batches])
