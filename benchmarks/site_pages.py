@@ -83,11 +83,21 @@ def check_page(page, url: str, problems: list[str]) -> list[str]:
     return problems
 
 
-def watch(page, report: dict[str, list[str]], current: list[str]) -> None:
-    """Record the tab's failed requests and error responses under the page being checked (current[0])."""
-    page.on("requestfailed", lambda request: report[current[0]].append(f"request failed: {request.url}"))
-    page.on("response", lambda response: response.status >= 400 and report[current[0]].append(
-        f"HTTP {response.status}: {response.url}"))
+def watch(page, report: dict[str, list[str]], current: list[str | None]) -> None:
+    """Record the tab's failed requests and error responses under the page being checked (current[0]); none while
+    current[0] is None (the tab leaving a checked page, whose requests still under way the browser cancels)."""
+    def failed(request) -> None:
+        # a request the browser cancelled (net::ERR_ABORTED: the tab moved on) says nothing of the site: a file
+        # that is missing answers 404, and an image that did not load is found by check_page
+        if current[0] is not None and "ERR_ABORTED" not in (request.failure or ""):
+            report[current[0]].append(f"request failed: {request.url} ({request.failure})")
+
+    def answered(response) -> None:
+        if current[0] is not None and response.status >= 400:
+            report[current[0]].append(f"HTTP {response.status}: {response.url}")
+
+    page.on("requestfailed", failed)
+    page.on("response", answered)
 
 
 def check_site(site: Path, screenshots: Path | None = None) -> dict[str, list[str]]:
@@ -102,12 +112,14 @@ def check_site(site: Path, screenshots: Path | None = None) -> dict[str, list[st
         browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            current = [""]
+            current: list[str | None] = [None]
             watch(page, report, current)
             for path in pages(site):
                 current[0] = path
                 report[path] = []
                 check_page(page, base + path, report[path])
+                current[0] = None
+                page.goto("about:blank")  # what the page still loads (its search index, a favicon) is cancelled here
             for name, path in (SCREENSHOTS.items() if screenshots else ()):
                 page.goto(base + path, wait_until="load")
                 page.screenshot(path=str(screenshots / name))

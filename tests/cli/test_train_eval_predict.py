@@ -33,10 +33,9 @@ def run_dir(tmp_path_factory):
 def test_train_prints_the_final_accuracy(run_dir, capsys):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and "val_acc" in rows[1] and "test_acc" in rows[2]  # two epochs, then the test once
-    out = subprocess.run([sys.executable, "-m", "vitlab", "train", *TINY, "--epochs", "1", "--out",
-                          str(run_dir.parent / "again")], capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1].startswith("test accuracy: ")
+    capsys.readouterr()
+    assert main(["train", *TINY, "--epochs", "1", "--out", str(run_dir.parent / "again")]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("test accuracy: ")
 
 
 def test_eval_json_equals_accuracy_computed_by_hand(run_dir, capsys):
@@ -176,13 +175,15 @@ def test_bad_image_is_named_or_skipped(tmp_path, capsys):
 @pytest.mark.slow
 def test_killed_process_resumes_to_the_same_weights(tmp_path):
     """SIGKILL a real training process at an arbitrary moment; the checkpoint left behind is readable and
-    resuming from it gives the weights of an uninterrupted run."""
-    common = [sys.executable, "-m", "vitlab", "train", *TINY, "--epochs", "3", "--seed", "1"]
+    resuming from it gives the weights of an uninterrupted run. (The uninterrupted run and the resumption run in
+    this process, on its one thread, as the killed process does: only the one killed needs a process of its own.)"""
+    options = ["train", *TINY, "--epochs", "3", "--seed", "1"]
     straight = tmp_path / "straight"
-    subprocess.run([*common, "--out", str(straight)], check=True, capture_output=True)
+    assert main([*options, "--out", str(straight)]) == 0
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([*common, "--out", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "vitlab", *options, "--out", str(killed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not (killed / "state.pt").exists() and time.time() < deadline:
         time.sleep(0.01)
@@ -190,7 +191,7 @@ def test_killed_process_resumes_to_the_same_weights(tmp_path):
     proc.wait()
     epochs_done = torch.load(killed / "state.pt", weights_only=True)["epoch"]
     assert 1 <= epochs_done < 3
-    subprocess.run([sys.executable, "-m", "vitlab", "train", "--resume", str(killed)], check=True, capture_output=True)
+    assert main(["train", "--resume", str(killed)]) == 0
     a = read_state_dict(straight / "last.safetensors")[0]
     b = read_state_dict(killed / "last.safetensors")[0]
     for key in a:

@@ -69,3 +69,8 @@ def test_export_takes_a_release_by_name(run_dir, local_hub, monkeypatch, tmp_pat
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     np.testing.assert_allclose(got, model(x).detach().numpy(), atol=1e-4, rtol=1e-4)
+    # the graph says how to prepare an image for it: what the release's file records, the run's own
+    from vitlab.runtime.export import read_metadata
+
+    run_preprocessing = json.loads((run_dir / "config.json").read_text())["data"]["preprocessing"]
+    assert read_metadata(out)["preprocessing"] == run_preprocessing

@@ -26,6 +26,7 @@ def test_labels_fit_the_head_or_are_refused_naming_both_sizes():
 
 @pytest.mark.slow
 def test_a_run_writes_its_classes_names_wherever_its_weights_go(trained, tmp_path):
+    from vitlab import runtime
     from vitlab.cli.main import main
     from vitlab.interop import load_model
     from vitlab.interop.preprocessing import preprocessing_for
@@ -42,8 +43,11 @@ def test_a_run_writes_its_classes_names_wherever_its_weights_go(trained, tmp_pat
             out = tmp_path / f"{name}.onnx"
             assert main(["export", str(run), "--format", "onnx", "--no-optimize", "--out", str(out)]) == 0
             assert tuple(read_metadata(out)["labels"]) == names  # the exported graph's
-            # and its preprocessing, in the file: the weights alone answer as the run does
+            # and its preprocessing, in the file: the weights alone answer as the run does, and so does the graph
             assert preprocessing_for(run / "best.safetensors").to_dict() == saved["data"]["preprocessing"]
+            assert read_metadata(out)["preprocessing"] == saved["data"]["preprocessing"]
+            graph = runtime.load(out)
+            assert graph.labels == names and graph.preprocessing.to_dict() == saved["data"]["preprocessing"]
             photos = sorted((Path(__file__).resolve().parents[2] / "docs" / "examples").glob("*.png"))
             by_file = vitlab.pipeline(model=str(run / "best.safetensors"))([str(p) for p in photos])
             by_run = vitlab.pipeline(model=str(run))([str(p) for p in photos])  # the run also flips (its option)

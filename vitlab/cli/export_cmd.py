@@ -29,23 +29,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.preprocessing import Preprocessing
     from ..interop import load_model
     from ..interop.convert import model_from_checkpoint
     from ..interop.hub import names_remote_weights
+    from ..interop.preprocessing import preprocessing_for
     from ..runtime.export import FORMATS, export_graph
     from ..runtime.graphs import graph_for
-    from ..tasks.launch import load_run_model
+    from ..tasks.launch import load_run_model, load_task
 
     source = Path(args.source)
     if names_remote_weights(args.source):  # a release: the model it names, built to its file
         model = model_from_checkpoint(args.source).eval()
         default_out = Path(re.sub(r"[^A-Za-z0-9_.-]+", "_", args.source.removeprefix("hf-hub:")) + FORMATS[args.format])
+        preprocessing = preprocessing_for(args.source)
     elif source.is_dir():
         model = load_run_model(source, args.weights)
         default_out = source / f"model{FORMATS[args.format]}"
+        recorded = load_task(source)[1].get("data", {}).get("preprocessing")
+        preprocessing = Preprocessing.from_dict(recorded) if recorded else None
     elif source.is_file():
         model = load_model(source).eval()
         default_out = source.parent / f"model{FORMATS[args.format]}"
+        preprocessing = preprocessing_for(source)
     else:
         raise FileNotFoundError(f"no weights at {source}: give a run folder from `vitlab train`, a .safetensors, or "
                                 f"a release tag (vitlab models --pretrained)")
@@ -60,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
                          f"a {graph_for(model).kind}")
     for task in tasks:
         graph = graph_for(model, task=task)
+        if preprocessing is not None:  # with the labels: what a user of the file alone needs to answer as vitlab does
+            graph.meta["preprocessing"] = preprocessing.to_dict()
         path = out if len(tasks) == 1 else out.with_name(f"{out.stem}-{task}{out.suffix}")
         export_graph(graph, path, args.format, optimize=not args.no_optimize)
         free = ", ".join(f"{name} {'/'.join(sorted(axes.values()))}" if axes else f"{name} fixed"

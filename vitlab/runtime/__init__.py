@@ -56,8 +56,10 @@ class Runtime:
     def __init__(self, backend: str, precision: str, settings: CpuSettings, kind: str,
                  input_names: tuple[str, ...], output_names: tuple[str, ...], model: nn.Module | None = None,
                  method: str = "forward", cache_dir: Path | None = None, cache_name: str = "model",
-                 engine: Any = None, task: int | None = None, family: str | None = None) -> None:
+                 engine: Any = None, task: int | None = None, family: str | None = None,
+                 record: dict[str, Any] | None = None) -> None:
         self.backend, self.precision, self.settings = backend, precision, settings
+        self.record = record or {}  # an exported file's vitlab record (export.metadata); empty for a model
         self.kind, self.family, self.input_names, self.output_names = kind, family, input_names, output_names
         self.model, self.method = model, method
         self.cache_dir, self.cache_name = cache_dir, cache_name
@@ -68,6 +70,22 @@ class Runtime:
         if engine is not None:
             self._engines[None] = engine
         self.first_call_s: float | None = None
+
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        """The names of the model's classes (index -> name), from the exported file's record or the model's config;
+        None where neither has them."""
+        labels = self.record.get("labels") if self.model is None else getattr(self.model.config, "labels", None)
+        return tuple(labels) if labels else None
+
+    @property
+    def preprocessing(self) -> Any:
+        """How an image is prepared for the model (data.preprocessing.Preprocessing), where the exported file
+        records it (`vitlab export` of a run, a release or a weights file that knows it); None otherwise."""
+        from ..data.preprocessing import Preprocessing
+
+        recorded = self.record.get("preprocessing")
+        return Preprocessing.from_dict(recorded) if recorded else None
 
     # -- calling -------------------------------------------------------------------------------------------------
     def __call__(self, *inputs: Any, task: int | str | None = None) -> Any:
@@ -303,4 +321,5 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
             program = torch.export.load(str(path))
         engine = TorchBackend(program.module(), settings, precision, compile=backend == "compile")
     return Runtime(backend, precision, settings, record["kind"], tuple(record["inputs"]), tuple(record["outputs"]),
-                   method=record["method"], engine=engine, task=record.get("task"), family=record.get("family"))
+                   method=record["method"], engine=engine, task=record.get("task"), family=record.get("family"),
+                   record=record)
