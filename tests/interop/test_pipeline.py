@@ -315,6 +315,14 @@ def test_a_restorer_and_a_vqgan_by_weights_file_restore_and_reconstruct(photo_fi
     assert main(["restore", str(tmp_path / "ipt.safetensors"), str(small), "--degradation", "derain", "--out",
                  str(tmp_path / "restored")]) == 2
     assert "sr2, denoise30" in capsys.readouterr().err
+    # the pipeline answers with the picture the command writes, for a path as for an array, any degradation named
+    restore = vitlab.pipeline(model=str(tmp_path / "ipt.safetensors"), degradation="sr2")
+    by_path, by_array = restore([str(small), np.asarray(Image.open(small))])
+    assert np.array_equal(np.asarray(by_path), restored) and np.array_equal(np.asarray(by_array), restored)
+    denoised = restore(str(small), degradation="denoise30")
+    assert denoised.size == Image.open(small).size  # the denoiser keeps the size, sr2 doubles it
+    with pytest.raises(ValueError, match="sr2, denoise30"):
+        restore(str(small), degradation="derain")
 
     vqgan = vitlab.create_model("vqgan_small").eval()
     vitlab.save_weights(vqgan, tmp_path / "vqgan.safetensors")

@@ -6,6 +6,8 @@
     detect(["street.jpg", photo])            # per image [{"label", "category_id", "score", "box": [x0, y0, x1, y1]}]
     segment = vitlab.pipeline(model="runs/scenes-setr")
     segment("scene.png")                     # {"mask": PIL image of class indices, "labels": {0: ...}, "areas": {...}}
+    restore = vitlab.pipeline(model="runs/ipt", degradation="sr2")
+    restore("photo.png")                     # the restored picture (PIL), tile by tile as `vitlab restore` does
 
 The model is anything the inference commands take (tasks/sources.py): a run folder, a release tag,
 hf-hub:org/name[@revision], a weights file. Images are paths, PIL images, numpy arrays ((H, W) or (H, W, C), uint8)
@@ -37,8 +39,8 @@ def pipeline(task: str | None = None, model: str | os.PathLike | None = None, ru
     """A callable that answers for images with `model` (see the module's doc). `task`: for a model whose family
     does several (else checked against the model's); `runtime`: torch, onnxruntime, openvino or compile, at
     `precision` fp32, bf16 or int8, as the commands' --runtime and --precision; `device`: torch's device (torch
-    runtime only); `options`: the task's own (a classifier's `top_k`, default 5; a detector's `threshold`, 0.5),
-    each call may change them."""
+    runtime only); `options`: the task's own (a classifier's `top_k`, default 5; a detector's `threshold`, 0.5; a
+    restorer's `degradation`, default its first), each call may change them."""
     if model is None:
         raise TypeError("pipeline needs a model: a release tag (vitlab.list_pretrained()), hf-hub:org/name, a run "
                         "folder or a weights file")

@@ -118,6 +118,22 @@ def restore_image(model: nn.Module, image: torch.Tensor, degradation: str, overl
     return quantize(out[0].cpu()).to(torch.uint8)
 
 
+def predict_images(task, model: nn.Module, saved: dict[str, Any], images: list[Image.Image],
+                   degradation: str | None = None) -> list[torch.Tensor]:
+    """Each picture restored by `degradation` (a head of the model, by name; default its first): (3, H·s, W·s)
+    uint8, tile by tile as `vitlab restore` does."""
+    model.eval()
+    name = degradation or model.degradations[0]
+    model.task_index(name)  # an unknown degradation is refused, naming the model's
+    return [restore_image(model, to_tensor(picture.convert("RGB")), name, task.config.overlap,
+                          task.config.eval_batch_size, task.config.blend) for picture in images]
+
+
+def pipeline_answer(model: nn.Module, saved: dict[str, Any], restored: torch.Tensor) -> Image.Image:
+    """One image's answer as `vitlab.pipeline` gives it: the restored picture."""
+    return Image.fromarray(restored.permute(1, 2, 0).numpy())
+
+
 def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str], out: str | None = None,
                   degradation: str | None = None, reference: str | None = None, **_: Any) -> list[dict[str, Any]]:
     """Each image restored by `degradation` (default: the run's first task); with `out`, written there as
