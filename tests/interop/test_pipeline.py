@@ -330,6 +330,16 @@ def test_a_restorer_and_a_vqgan_by_weights_file_restore_and_reconstruct(photo_fi
                  "--json"]) == 0
     (rebuilt,) = json.loads(capsys.readouterr().out)
     assert Path(rebuilt["out"]).is_file() and np.asarray(rebuilt["codes"]).shape == (8, 8)
+    # the pipeline's answer: the codes the command reports, and the reconstruction of the model's own forward pass
+    answer = vitlab.pipeline(model=str(tmp_path / "vqgan.safetensors"))(Image.open(small))
+    assert answer["codes"] == rebuilt["codes"]
+    side, grey = vqgan.config.resolution, vqgan.config.in_chans == 1
+    picture = Image.open(small).convert("L" if grey else "RGB").resize((side, side), Image.BICUBIC)
+    pixels = torch.from_numpy(np.asarray(picture).copy()).reshape(side, side, -1)
+    with torch.no_grad():
+        by_hand = vqgan(pixels.permute(2, 0, 1)[None].float() / 127.5 - 1).reconstruction[0]
+    by_hand = (((by_hand + 1) / 2).clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
+    assert np.array_equal(np.asarray(answer["reconstruction"]), by_hand[..., 0] if grey else by_hand)
 
 
 def test_a_segmenter_by_weights_file_answers_with_a_mask_of_its_named_classes(photo_files, tmp_path, capsys):

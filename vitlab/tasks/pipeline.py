@@ -8,6 +8,7 @@
     segment("scene.png")                     # {"mask": PIL image of class indices, "labels": {0: ...}, "areas": {...}}
     restore = vitlab.pipeline(model="runs/ipt", degradation="sr2")
     restore("photo.png")                     # the restored picture (PIL), tile by tile as `vitlab restore` does
+    vitlab.pipeline(model="runs/vqgan")("shoe.png")   # {"reconstruction": PIL image, "codes": [[...], ...]}
 
 The model is anything the inference commands take (tasks/sources.py): a run folder, a release tag,
 hf-hub:org/name[@revision], a weights file. Images are paths, PIL images, numpy arrays ((H, W) or (H, W, C), uint8)

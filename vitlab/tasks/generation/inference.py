@@ -129,8 +129,14 @@ def sample_grid(task, prior, saved: dict[str, Any], out: str | Path, class_index
 def prepare_image(path: str, images_like: dict[str, Any]) -> torch.Tensor:
     """An image file -> (1, C, S, S) in [-1, 1], shaped as the run's data: resized to the data's own pixels
     (S − 2·pad), then padded as the data was."""
+    return prepare_picture(read_image(path, images_like["channels"], hint=INPUT_HINT), images_like)
+
+
+def prepare_picture(picture: Image.Image, images_like: dict[str, Any]) -> torch.Tensor:
+    """A picture -> (1, C, S, S) in [-1, 1], as `prepare_image` makes of a file."""
     channels, size, pad = images_like["channels"], images_like["img_size"], images_like.get("pad", 0)
-    picture = read_image(path, channels, hint=INPUT_HINT).resize((size - 2 * pad,) * 2, Image.Resampling.BICUBIC)
+    picture = picture.convert("L" if channels == 1 else "RGB")
+    picture = picture.resize((size - 2 * pad,) * 2, Image.Resampling.BICUBIC)
     array = np.asarray(picture, dtype=np.uint8)
     x = torch.from_numpy(array.copy()).view(size - 2 * pad, size - 2 * pad, channels).permute(2, 0, 1)[None]
     x = F.pad(x, (pad,) * 4) if pad else x
@@ -156,6 +162,28 @@ def reconstruct_files(task, model, saved: dict[str, Any], inputs: list[str], out
         results.append({"image": str(path), "out": str(target), "psnr": psnr,
                         "codes": output.indices[0].tolist()})
     return results
+
+
+@torch.no_grad()
+def predict_images(task, model, saved: dict[str, Any], images: list[Image.Image]) -> list[tuple[torch.Tensor, list]]:
+    """Each picture through the VQGAN, prepared as `vitlab reconstruct` prepares a file: (its reconstruction
+    (C, S, S) in [0, 1] without the data's padding, its codes)."""
+    if task.name != "vqgan":
+        raise ValueError(f"a {task.name} model samples images (vitlab sample RUN); give a VQGAN to reconstruct them")
+    vqgan, vqgan_saved = vqgan_of(task, model, saved)
+    pad = vqgan_saved["data"].get("pad", 0)
+    found = []
+    for picture in images:
+        output = vqgan(prepare_picture(picture, vqgan_saved["data"]))
+        found.append((crop_padding(to_unit(output.reconstruction), pad)[0], output.indices[0].tolist()))
+    return found
+
+
+def pipeline_answer(model, saved: dict[str, Any], item: tuple[torch.Tensor, list]) -> dict[str, Any]:
+    """One image's answer as `vitlab.pipeline` gives it: the reconstruction (a PIL image) and the grid of codes
+    that makes it."""
+    reconstruction, codes = item
+    return {"reconstruction": grid_picture(reconstruction[None], 1, pad=0), "codes": codes}
 
 
 def format_reconstruction(item: dict[str, Any]) -> str:
