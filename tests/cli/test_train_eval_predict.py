@@ -1,5 +1,7 @@
 """The commands end to end on the committed Fashion-MNIST slice and on a generated image folder."""
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -23,19 +25,23 @@ MINI = Path(__file__).resolve().parents[1] / "fixtures" / "fashion-mnist-mini"
 TINY = ["--data-dir", str(MINI), "--allow-partial-data", "--model", "vit_tiny_patch4_28", "--batch-size", "32"]
 
 
+PRINTED: dict[Path, str] = {}  # what `vitlab train` printed while making a run of this module
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "fm"
-    assert main(["train", *TINY, "--epochs", "2", "--out", str(out)]) == 0
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert main(["train", *TINY, "--epochs", "2", "--out", str(out)]) == 0
+    PRINTED[out] = printed.getvalue()
     return out
 
 
-def test_train_prints_the_final_accuracy(run_dir, capsys):
+def test_train_prints_the_final_accuracy(run_dir):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and "val_acc" in rows[1] and "test_acc" in rows[2]  # two epochs, then the test once
-    capsys.readouterr()
-    assert main(["train", *TINY, "--epochs", "1", "--out", str(run_dir.parent / "again")]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("test accuracy: ")
+    last = PRINTED[run_dir].strip().splitlines()[-1]  # the main job's line: the test figure of metrics.jsonl
+    assert last.startswith(f"test accuracy: {rows[2]['test_acc']:.4f} after 2 epochs, "), last
 
 
 def test_eval_json_equals_accuracy_computed_by_hand(run_dir, capsys):
@@ -52,9 +58,18 @@ def test_eval_json_equals_accuracy_computed_by_hand(run_dir, capsys):
         logits, mirrored = model(x), model(torch.flip(x, dims=[3]))
     averaged = (logits + mirrored) / 2
     assert result["test_time_flip"] is True and plain["test_time_flip"] is False
-    assert result["accuracy"] == pytest.approx((averaged.argmax(-1) == labels).float().mean().item())
+
+    def right_and_near_ties(scores: torch.Tensor) -> tuple[int, int]:
+        """The images right by hand, and those whose two best classes are within float noise of each other (eval
+        batches the images otherwise, and on a model this young such a pair may swap places)."""
+        top2 = scores.topk(2, dim=-1).values
+        return int((scores.argmax(-1) == labels).sum()), int(((top2[:, 0] - top2[:, 1]) < 1e-4).sum())
+
+    right, ties = right_and_near_ties(averaged)
+    assert abs(round(result["accuracy"] * len(labels)) - right) <= ties, (result["accuracy"], right, ties)
     assert result["loss"] == pytest.approx(torch.nn.functional.cross_entropy(averaged, labels).item(), rel=1e-5)
-    assert plain["accuracy"] == pytest.approx((logits.argmax(-1) == labels).float().mean().item())
+    right, ties = right_and_near_ties(logits)
+    assert abs(round(plain["accuracy"] * len(labels)) - right) <= ties, (plain["accuracy"], right, ties)
     assert plain["loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits, labels).item(), rel=1e-5)
     assert result["num_images"] == 100 and len(result["confusion"]) == 10
     assert sum(map(sum, result["confusion"])) == 100
