@@ -20,12 +20,13 @@ DATA = ["--data-dir", str(MINI), "--allow-partial-data"]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, trained):
+    """The session's classifier and VQGAN runs (tests/conftest.py: a ViT-Tiny/4 for an epoch; a VQGAN for an epoch
+    of batches of 16, its discriminator from step 6) and a prior trained here on that VQGAN, scored by that
+    classifier."""
     root = tmp_path_factory.mktemp("generation")
-    assert main(["train", "--model", "vit_tiny_patch4_28", *DATA, "--epochs", "1", "--batch-size", "32",
-                 "--out", str(root / "classifier")]) == 0
-    assert main(["train", "--task", "vqgan", *DATA, "--epochs", "1", "--batch-size", "16", "--disc-start", "6",
-                 "--eval-images", "0", "--out", str(root / "vqgan")]) == 0
+    (root / "classifier").symlink_to(trained["cls"], target_is_directory=True)
+    (root / "vqgan").symlink_to(trained["vqgan"], target_is_directory=True)
     assert main(["train", "--task", "prior", "--vqgan", str(root / "vqgan"), "--classifier", str(root / "classifier"),
                  "--epochs", "1", "--batch-size", "16", "--eval-samples", "20", "--out", str(root / "prior")]) == 0
     return root
