@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     elif source.is_dir():
         model = load_run_model(source, args.weights)
         default_out = source / f"model{FORMATS[args.format]}"
-        # a folder of weights alone (no config.json) has no record; its weights' own metadata may
+        # a run records its preprocessing in config.json; a folder of weights alone has none to give
         recorded = (load_task(source)[1].get("data", {}).get("preprocessing") if (source / "config.json").is_file()
                     else None)
         preprocessing = Preprocessing.from_dict(recorded) if recorded else None

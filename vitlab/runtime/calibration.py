@@ -66,9 +66,9 @@ class CalibrationRecorder:
         written = []
         for key, (graph, batches) in self.recorded.items():
             path = int8.int8_path(key)
-            # the fp32 graph beside it, written first where it is not there yet: quantized from it, not traced again
-            fp32 = int8._fp32_onnx(graph, key) if backend == "onnxruntime" else int8._fp32_openvino(graph, key)
-            record = quantize_graph(graph, path, backend, None if dynamic else batches, keep_fp32,
-                                    **{"fp32_onnx" if backend == "onnxruntime" else "fp32_openvino": fp32})
+            # quantized from the fp32 graph beside it (written first where it is not there yet), not traced again
+            fp32 = {"fp32_onnx": int8._fp32_onnx(graph, key)} if backend == "onnxruntime" else (
+                {"fp32_openvino": int8._fp32_openvino(graph, key)} if backend == "openvino" else {})
+            record = quantize_graph(graph, path, backend, None if dynamic else batches, keep_fp32, **fp32)
             written.append({"path": str(path), **record})
         return int8, written
