@@ -75,7 +75,10 @@ class Runtime:
     def labels(self) -> tuple[str, ...] | None:
         """The names of the model's classes (index -> name), from the exported file's record or the model's config;
         None where neither has them."""
-        labels = self.record.get("labels") if self.model is None else getattr(self.model.config, "labels", None)
+        from ..models.family import family_config
+
+        # a model's labels as its exported graphs record them (graphs.graph_for)
+        labels = self.record.get("labels") if self.model is None else getattr(family_config(self.model), "labels", None)
         return tuple(labels) if labels else None
 
     @property
