@@ -76,6 +76,12 @@ def test_a_toy_classifier_trains_evaluates_predicts_exports_and_converts(toy, tm
     assert main(["predict", str(run), str(image), "--json", "--top-k", "2"]) == 0
     predicted = out_json(capsys)[0]["top_k"]
     assert len(predicted) == 2
+    # its weights file by name: a family that trains two tasks is used for the one named, and refused without it
+    weights = str(run / "last.safetensors")
+    assert main(["predict", weights, str(image), "--json"]) == 2
+    assert "does several tasks (classification, brightness): say which with --task" in capsys.readouterr().err
+    assert main(["predict", weights, str(image), "--task", "classification", "--json", "--top-k", "2"]) == 0
+    assert sorted(p["class"] for p in out_json(capsys)[0]["top_k"]) == ["bottom", "top"]  # its labels, by name
 
     model = load_model(run / "last.safetensors").eval()
     images = torch.randn(3, 3, 16, 16)

@@ -101,3 +101,59 @@ def test_bad_records_are_refused_by_name():
         Preprocessing(resize=(32, 32), max_size=64)
     with pytest.raises(ValueError, match="uint8"):
         Preprocessing()(torch.rand(3, 8, 8))
+
+
+def test_rescale_bounds_both_sides_as_mmcv_imrescale_does():
+    """mmcv's keep-ratio rule, worked by hand: scale = min(long / longer side, short / shorter side), each side
+    int(side × scale + 0.5); landscape, portrait, wider than the bounds' ratio, and smaller than them."""
+    rule = Preprocessing(rescale=(2049, 1025), antialias=False)
+    assert rule.resized_shape(1024, 2048) == (1025, 2049)  # scale 2049 / 2048: 1024.5 rounds up
+    assert rule.resized_shape(2000, 1000) == (2049, 1025)  # 2049 / 2000 < 1025 / 1000
+    assert rule.resized_shape(480, 640) == (1025, 1367)  # 1025 / 480: 640 × 2.1354 = 1366.7
+    assert rule.resized_shape(500, 3000) == (342, 2049)  # 2049 / 3000: 341.5 rounds up
+    with pytest.raises(ValueError, match="takes no resize"):
+        Preprocessing(rescale=(64, 32), resize=32)
+    with pytest.raises(ValueError, match="resampler='torch'"):
+        Preprocessing(antialias=False, resampler="pil")
+
+
+def test_resizing_without_antialiasing_samples_as_plain_bilinear_interpolation(photos):
+    """`antialias=False` (OpenCV's INTER_LINEAR, as mmcv and albumentations resize): each output pixel the bilinear
+    blend of the four input pixels around its centre, no filter when shrinking; scipy's order-1 zoom on the pixel
+    grid is the reference, to rounding of the uint8 result."""
+    import numpy as np
+    from scipy import ndimage
+
+    for photo, bounds in zip(photos, ((200, 100), (120, 90), (500, 200), (160, 40))):
+        ours = Preprocessing(rescale=bounds, antialias=False)(photo)  # mean 0, std 1: the resized pixels / 255
+        pixels = np.asarray(photo, dtype=np.float64)
+        height, width = ours.shape[1:]
+        factors = (height / pixels.shape[0], width / pixels.shape[1], 1)
+        theirs = ndimage.zoom(pixels, factors, order=1, mode="nearest", grid_mode=True)
+        assert theirs.shape[:2] == (height, width)
+        difference = np.abs(ours.permute(1, 2, 0).numpy() * 255 - theirs)
+        assert difference.max() <= 0.5 + 1e-4, (photo.size, bounds, difference.max())  # uint8 rounding, no more
+
+
+def test_the_setr_releases_record_their_configs_test_pipeline(photos):
+    """A SETR release's image goes in as its data set's config resizes it: a Cityscapes frame (2048 × 1024) within
+    2049 × 1025, an ADE20K image within 2048 × 512, normalised with ImageNet's statistics."""
+    from vitlab.interop.preprocessing import preprocessing_for
+
+    cityscapes = preprocessing_for("setr_pup_vit_large_patch16_384.cityscapes_80k")
+    ade20k = preprocessing_for("setr_naive_vit_large_patch16_384.ade20k")
+    assert cityscapes.resized_shape(1024, 2048) == (1025, 2049) and ade20k.resized_shape(384, 683) == (512, 911)
+    frame = photos[0].resize((2048, 1024))
+    image = cityscapes(frame)
+    assert image.shape == (3, 1025, 2049)
+    mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+    torch.testing.assert_close(image[:, 0, 0], (torch.tensor(frame.getpixel((0, 0))) / 255 - mean) / std)
+
+
+def test_the_diffusers_vqgan_release_prepares_an_image_as_diffusers_does(photos):
+    from diffusers.image_processor import VaeImageProcessor
+
+    release = vitlab.list_pretrained("vqgan_f4_ldm.hf_celebahq")[0]
+    face = photos[0].resize((256, 256))
+    theirs = VaeImageProcessor(vae_scale_factor=4).preprocess(face)[0]
+    torch.testing.assert_close(Preprocessing.from_dict(release.preprocessing)(face), theirs, atol=1e-6, rtol=0)

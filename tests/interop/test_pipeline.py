@@ -340,6 +340,17 @@ def test_a_restorer_and_a_vqgan_by_weights_file_restore_and_reconstruct(photo_fi
         by_hand = vqgan(pixels.permute(2, 0, 1)[None].float() / 127.5 - 1).reconstruction[0]
     by_hand = (((by_hand + 1) / 2).clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
     assert np.array_equal(np.asarray(answer["reconstruction"]), by_hand[..., 0] if grey else by_hand)
+    # a file that records its release's preprocessing (taming's: the shorter side, the centre square, [-1, 1])
+    # is read as it says, not squashed
+    from vitlab.data.preprocessing import Preprocessing
+
+    rule = Preprocessing(resize=side, crop=side, antialias=False, mean=(0.5,), std=(0.5,), channels=3 - 2 * grey)
+    vitlab.save_weights(vqgan, tmp_path / "taming.safetensors", {"preprocessing": json.dumps(rule.to_dict())})
+    answer = vitlab.pipeline(model=str(tmp_path / "taming.safetensors"))(Image.open(small))
+    with torch.no_grad():
+        by_hand = vqgan(rule(Image.open(small))[None]).reconstruction[0]
+    by_hand = (((by_hand + 1) / 2).clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
+    assert np.array_equal(np.asarray(answer["reconstruction"]), by_hand[..., 0] if grey else by_hand)
 
 
 def test_a_segmenter_by_weights_file_answers_with_a_mask_of_its_named_classes(photo_files, tmp_path, capsys):
@@ -353,6 +364,29 @@ def test_a_segmenter_by_weights_file_answers_with_a_mask_of_its_named_classes(ph
     assert main(["predict", str(tmp_path / "setr.safetensors"), str(photo_files[2]), "--json"]) == 0
     (item,) = json.loads(capsys.readouterr().out)
     assert item["classes"] == {name: round(share, 4) for name, share in answer["areas"].items()}
+
+
+def test_a_segmenter_answers_through_its_recorded_preprocessing_at_the_images_own_size(tmp_path):
+    """A SETR whose file records a release's kind of preprocessing (mmsegmentation's keep-ratio rescale, no
+    antialiasing): the image is rescaled, the class scores resized back to the image's own size (bilinear, as
+    mmsegmentation's test does), each pixel its best class. By hand: the model's forward on the rescaled image, which
+    is the model's crop (one window)."""
+    import torch.nn.functional as F
+
+    from vitlab.data.coco import IMAGENET_MEAN, IMAGENET_STD
+    from vitlab.data.preprocessing import Preprocessing
+
+    torch.manual_seed(0)
+    setr = vitlab.create_model("setr_naive_small", num_classes=3, labels=("sky", "road", "tree"), img_size=64,
+                               depth=2).eval()
+    rule = Preprocessing(rescale=(64, 64), antialias=False, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    vitlab.save_weights(setr, tmp_path / "setr.safetensors", {"preprocessing": json.dumps(rule.to_dict())})
+    photo = Image.fromarray(skimage_data.chelsea()).resize((90, 90))  # square: rescaled to the 64-pixel crop
+    answer = vitlab.pipeline(model=str(tmp_path / "setr.safetensors"))(photo)
+    with torch.no_grad():
+        scores = F.interpolate(setr(rule(photo)[None]).logits, size=(90, 90), mode="bilinear", align_corners=False)
+    assert answer["mask"].size == (90, 90)
+    assert np.array_equal(np.asarray(answer["mask"]), scores.argmax(1)[0].numpy())
 
 
 def test_a_converted_file_keeps_its_sources_preprocessing(local_hub, photo_files, tmp_path):

@@ -9,6 +9,8 @@ server and the runtimes.
                                                                                      # longer at most 1333
     Preprocessing(resize=(224, 224), mean=(.5,) * 3, std=(.5,) * 3)                  # transformers' ViT: squashed
     Preprocessing(max_size=512, mean=..., std=...)                                   # a vitlab detector: longer 512
+    Preprocessing(rescale=(2049, 1025), antialias=False, mean=..., std=...)         # SETR on Cityscapes: as mmseg
+                                                                                     # rescales, within 2049 x 1025
 
 Whose resampling (`resampler`) matters to the pixel: Pillow's ("pil": timm, the official repositories,
 transformers' `...ImageProcessorPil`) and torchvision's antialiased resize of uint8 tensors ("torch": transformers'
@@ -57,6 +59,10 @@ class Preprocessing:
     std: tuple[float, ...] = (1.0, 1.0, 1.0)
     channels: int = 3
     resampler: str = "torch"  # one of RESAMPLERS: whose resampling (see the module's doc)
+    # (long, short): the ratio kept, at the largest scale whose longer side is at most `long` and shorter at most
+    # `short`, each side rounded half up: mmcv's `imrescale`, the keep-ratio Resize of the mm* repositories' tests
+    rescale: tuple[int, int] | None = None
+    antialias: bool = True  # False: plain bilinear taps when shrinking, as OpenCV's INTER_LINEAR (mmcv) resizes
 
     def __post_init__(self) -> None:
         for name in ("mean", "std"):
@@ -78,6 +84,12 @@ class Preprocessing:
         elif self.resize is not None and self.resize < 1:
             raise ValueError(f"preprocessing resize must be positive, got {self.resize}")
         object.__setattr__(self, "crop", _pair(self.crop, "crop"))
+        object.__setattr__(self, "rescale", _pair(self.rescale, "rescale"))
+        if self.rescale is not None and (self.resize is not None or self.max_size is not None):
+            raise ValueError("preprocessing rescale bounds both sides itself; it takes no resize or max_size")
+        if not self.antialias and self.resampler == "pil":
+            raise ValueError("Pillow's resampling always filters when it shrinks: antialias=False needs "
+                             "resampler='torch'")
         if self.interpolation not in INTERPOLATIONS:
             raise ValueError(f"preprocessing interpolation must be one of {', '.join(INTERPOLATIONS)}, got "
                              f"{self.interpolation!r}")
@@ -112,6 +124,9 @@ class Preprocessing:
         if isinstance(self.resize, tuple):
             return self.resize
         short, long = min(height, width), max(height, width)
+        if self.rescale is not None:
+            scale = min(max(self.rescale) / long, min(self.rescale) / short)
+            return int(height * scale + 0.5), int(width * scale + 0.5)
         if self.resize is None:
             if self.max_size is None:
                 return height, width
@@ -146,7 +161,12 @@ class Preprocessing:
         height, width = (image.height, image.width) if isinstance(image, Image.Image) else image.shape[-2:]
         size = self.resized_shape(height, width)
         if size != (height, width):
-            image = TF.resize(image, list(size), interpolation=INTERPOLATIONS[self.interpolation], antialias=True)
+            if self.antialias:
+                image = TF.resize(image, list(size), interpolation=INTERPOLATIONS[self.interpolation],
+                                  antialias=True)
+            else:  # in float, rounded once: torch's uint8 kernel rounds its weights to fixed point (±1 level)
+                image = TF.resize(image.float(), list(size), interpolation=INTERPOLATIONS[self.interpolation],
+                                  antialias=False).round_().clamp_(0, 255).to(torch.uint8)
         if self.crop is not None:
             image = TF.center_crop(image, list(self.crop))
         if isinstance(image, Image.Image):

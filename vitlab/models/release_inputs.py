@@ -5,6 +5,10 @@ a Preprocessing record (vitlab/data/preprocessing.py) as plain data, since model
                                      bicubic, the centre 224 × 224, normalised with the release's mean and std
     DETR_COCO                        transformers' DETR processor: the shorter side to 800, the longer at most 1333,
                                      torchvision's bilinear, ImageNet's mean and std
+    mmseg_test(rescale=(2049, 1025)) an mm* repository's single-scale test pipeline: kept ratio, within the bounds,
+                                     OpenCV's bilinear (no antialiasing), ImageNet's mean and std
+    TAMING_256                       taming-transformers' ImageNet images: shorter side 256 (albumentations, OpenCV's
+                                     bilinear), the centre 256 × 256, to [-1, 1]
 """
 
 from __future__ import annotations
@@ -24,3 +28,13 @@ def timm_eval(size: int, crop_pct: float, stats: dict[str, Any], interpolation: 
 
 
 DETR_COCO = {"resize": 800, "max_size": 1333, "interpolation": "bilinear", **IMAGENET, "resampler": "torch"}
+
+
+def mmseg_test(**size: Any) -> dict[str, Any]:
+    """mmsegmentation's test pipeline (`Resize(keep_ratio=True)` + `Normalize` with its ImageNet statistics in 0-255
+    units): `rescale=(long, short)` as mmcv's imrescale bounds an image, or `resize=short`."""
+    return {**size, "interpolation": "bilinear", "antialias": False, **IMAGENET, "resampler": "torch"}
+
+
+TAMING_256 = {"resize": 256, "crop": 256, "interpolation": "bilinear", "antialias": False, **INCEPTION,
+              "resampler": "torch"}

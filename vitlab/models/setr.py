@@ -35,6 +35,7 @@ from .adapt import fresh_classifiers
 from .family import ExportSpec, Model, ModelFamily, Release
 from .labels import ade20k_150, cityscapes_19
 from .registry import get_config, register_config, register_model
+from .release_inputs import mmseg_test
 
 
 @dataclass
@@ -271,10 +272,14 @@ class SETR(Model):
 
 def _drive(tag: str, file_id: str, metric: dict[str, float], overrides: dict, dataset: str) -> Release:
     """A SETR release: a Google Drive file of the official README, in the official code's layout, naming the classes
-    of its data set where they are known (not Pascal Context's: models/labels.py says why)."""
+    of its data set where they are known (not Pascal Context's: models/labels.py says why), with the single-scale
+    test pipeline of its data set's config (configs/_base_/datasets/: Cityscapes within 2049 × 1025, ADE20K within
+    2048 × 512; Pascal Context's shorter side to 520, as the official Resize does for it)."""
     labels = {"ADE20K val": ade20k_150, "Cityscapes val": cityscapes_19}.get(dataset)
+    preprocessing = {"Cityscapes val": mmseg_test(rescale=(2049, 1025)), "ADE20K val": mmseg_test(rescale=(2048, 512)),
+                     "Pascal Context val": mmseg_test(resize=520)}[dataset]
     return Release(tag, f"https://drive.google.com/file/d/{file_id}/view?usp=sharing", "setr", licence="mit",
-                   metric=metric, dataset=dataset, overrides=overrides, labels=labels,
+                   metric=metric, dataset=dataset, overrides=overrides, labels=labels, preprocessing=preprocessing,
                    note="Google Drive: needs a browser (a confirmation page stands before the file); the file's name "
                         "and hash are not published" + ("" if labels else "; its 60 classes' order is not known, so "
                                                         "it answers with class indices"))

@@ -34,6 +34,7 @@ from ..layers.conv import Downsample, NormResBlock, Upsample, same_conv
 from ..layers.quantize import VectorQuantizer
 from .family import ExportSpec, Model, ModelFamily, Release
 from .registry import register_config, register_model
+from .release_inputs import INCEPTION, TAMING_256
 
 
 @dataclass
@@ -259,14 +260,14 @@ class VQGANConfig(ModelFamily):
         Release("vqgan_f16_1024.imagenet",
                 "https://heibox.uni-heidelberg.de/d/8088892a516d4e3baf92/files/?p=%2Fckpts%2Flast.ckpt&dl=1",
                 "taming", "last.ckpt", licence="mit", metric={"rfid": 7.94}, dataset="ImageNet val",
-                overrides={"legacy": True},
+                overrides={"legacy": True}, preprocessing=TAMING_256,
                 note="no hash published; the share's configs/model.yaml was not read: the architecture is the "
                      "repository's configs/imagenet_vqgan.yaml (1024 codes, the loss's default 3-layer "
                      "discriminator)"),
         Release("vqgan_f16_16384.imagenet",
                 "https://heibox.uni-heidelberg.de/d/a7530b09fed84f80a887/files/?p=%2Fckpts%2Flast.ckpt&dl=1",
                 "taming", "last.ckpt", licence="mit", metric={"rfid": 4.98}, dataset="ImageNet val",
-                overrides={"legacy": True},
+                overrides={"legacy": True}, preprocessing=TAMING_256,
                 note="no hash published; its 2-layer discriminator (disc_num_layers: 2) is from a third-party copy "
                      "of the share's configs/model.yaml, not read from the share itself"),
         Release("vqgan_f4_ldm.hf_celebahq", "CompVis/ldm-celebahq-256", "diffusers",
@@ -274,6 +275,8 @@ class VQGANConfig(ModelFamily):
                 sha256="051f55600f2ae1a018b1c1e4c7e3c7ac81aaff9bb1cb35bb646aed1e30e16ad3", licence="apache-2.0",
                 metric={"rfid": 0.58}, dataset="latent-diffusion's autoencoder table (rFID vs val)",
                 overrides={"disc_layers": 0, "legacy": True},
+                # CelebA-HQ at 256 × 256, to [-1, 1] (diffusers' VaeImageProcessor); other sizes squashed to it
+                preprocessing={"resize": (256, 256), "interpolation": "bilinear", **INCEPTION, "resampler": "torch"},
                 note="a pickle (vqvae/config.json beside it); the revision's first 7 digits are the Hugging Face "
                      "page's, the full id a third-party snapshot path's; that this is latent-diffusion's VQ-f4 "
                      "(which the CelebA-HQ LDM config loads, frozen) and so has its figure is inferred, not "

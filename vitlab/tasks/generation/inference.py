@@ -16,6 +16,7 @@ from PIL import Image
 from ...atomic import atomic_write
 from ...data.generation import crop_padding
 from ...data.images import INPUT_HINT, read_image
+from ...data.preprocessing import Preprocessing
 from .metrics import from_uint8, generation_scores, load_classifier_features, reconstruction_scores, to_unit
 from .prior_task import balanced_labels, code_loss, encode_images, load_vqgan_run, sample_images, vqgan_images
 
@@ -29,13 +30,15 @@ def vqgan_of(task, model, saved) -> tuple[torch.nn.Module, dict[str, Any]]:
 
 def record_for(task, model, preprocessing) -> dict[str, Any]:
     """What a VQGAN run records of its images, for a VQGAN without a run (a release, a file): their channels and
-    size, the model's own, unpadded. A prior by name is refused: it needs the VQGAN run it was trained on."""
+    size, the model's own, unpadded, and the release's preprocessing where it has one (else an image is squashed
+    to the model's size, as a run's are). A prior by name is refused: it needs the VQGAN run it was trained on."""
     from ...models.family import family_config
 
     if task.name != "vqgan":
         raise ValueError(f"a {task.name} model samples through the VQGAN run it was trained with: give its run folder")
     config = family_config(model)
-    return {"channels": config.fact("channels"), "img_size": config.fact("image_size"), "pad": 0, "classes": []}
+    record = {"channels": config.fact("channels"), "img_size": config.fact("image_size"), "pad": 0, "classes": []}
+    return record | ({"preprocessing": preprocessing.to_dict()} if preprocessing is not None else {})
 
 
 def evaluate_run(task, model, saved: dict[str, Any], run_dir, data_dir: str | None = None,
@@ -133,8 +136,11 @@ def prepare_image(path: str, images_like: dict[str, Any]) -> torch.Tensor:
 
 
 def prepare_picture(picture: Image.Image, images_like: dict[str, Any]) -> torch.Tensor:
-    """A picture -> (1, C, S, S) in [-1, 1], as `prepare_image` makes of a file."""
+    """A picture -> (1, C, S, S) in [-1, 1], as `prepare_image` makes of a file: as the record's preprocessing
+    says (a release's), else squashed to the data's size with Pillow's bicubic (a run's)."""
     channels, size, pad = images_like["channels"], images_like["img_size"], images_like.get("pad", 0)
+    if images_like.get("preprocessing"):
+        return Preprocessing.from_dict(images_like["preprocessing"])(picture)[None]
     picture = picture.convert("L" if channels == 1 else "RGB")
     picture = picture.resize((size - 2 * pad,) * 2, Image.Resampling.BICUBIC)
     array = np.asarray(picture, dtype=np.uint8)

@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from torchvision.transforms.v2 import functional as TF
 
 from ...atomic import atomic_write
 from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
 from ...data.images import INPUT_HINT, read_image
+from ...data.preprocessing import Preprocessing
 from ...data.segmentation import (
     pad_collate_masks,
 )
@@ -79,29 +80,39 @@ def palette(num_classes: int) -> np.ndarray:
 
 def record_for(task, model: nn.Module, preprocessing) -> dict[str, Any]:
     """What a segmentation run records of its data, for a model without a run (a release, a file): its classes (the
-    model's labels; their indices where it has none) and the crop its sliding windows take (the model's input
-    size). Images are read at their own size, normalised with ImageNet's mean and std."""
+    model's labels; their indices where it has none), the crop its sliding windows take (the model's input size)
+    and its preprocessing (the release's, as its authors' test pipeline resized; else the image at its own size,
+    normalised with ImageNet's mean and std, as a run reads it)."""
     from ...models.family import family_config
 
     config = family_config(model)
     classes = list(config.labels) or [str(i) for i in range(config.fact("classes"))]
     size = config.fact("image_size")
-    return {"classes": classes, "crop_size": size if isinstance(size, int) else size[0]}
+    preprocessing = preprocessing or Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return {"classes": classes, "crop_size": size if isinstance(size, int) else size[0],
+            "preprocessing": preprocessing.to_dict()}
 
 
 @torch.inference_mode()
 def predict_images(task, model: nn.Module, saved: dict[str, Any], images: list) -> list[np.ndarray]:
-    """Each image's class per pixel, (H, W) uint8 at the image's own size: sliding windows at the record's crop."""
+    """Each image's class per pixel, (H, W) uint8 at the image's own size: the image preprocessed as the record says
+    (a run's: as it is, normalised), sliding windows at the record's crop, and the class scores resized back to the
+    image's size (bilinear, as mmsegmentation's test does) before each pixel takes its best class."""
     model.eval()
     device = next(model.parameters()).device
     crop = saved["data"]["crop_size"]
     stride = task.config.stride or max(1, crop * 2 // 3)
+    recorded = saved["data"].get("preprocessing")
+    preprocessing = (Preprocessing.from_dict(recorded) if recorded
+                     else Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD))
     masks = []
     for picture in images:
-        pixels = TF.to_dtype(TF.to_image(picture.convert("RGB")), torch.float32, scale=True)  # (3, H, W) in [0, 1]
-        image = TF.normalize(pixels, list(IMAGENET_MEAN), list(IMAGENET_STD))
+        image = preprocessing(picture.convert("RGB"))  # (3, h, w): the image's own size unless the record resizes
         logits = sliding_window_logits(model, image[None].to(device), crop, stride, task.config.eval_batch_size,
                                        task.config.blend)
+        if logits.shape[-2:] != (picture.height, picture.width):
+            logits = F.interpolate(logits, size=(picture.height, picture.width), mode="bilinear",
+                                   align_corners=False)
         masks.append(logits.argmax(1)[0].cpu().numpy().astype(np.uint8))
     return masks
 

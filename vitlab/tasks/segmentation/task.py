@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
+from ...data.preprocessing import Preprocessing
 from ...data.segmentation import (
     IGNORE_INDEX,
     SegmentationDataset,
@@ -133,7 +134,9 @@ class SegmentationTask(Task):
         return {"data": {"path": self.config.data, "classes": self.class_names, "num_train": len(self.train_set),
                          "num_val": len(self.val_set), "num_test": 0 if self.test_set is None else len(self.test_set),
                          "split": self.split, "crop_size": self.crop_size(), "mean": list(IMAGENET_MEAN),
-                         "std": list(IMAGENET_STD)}}
+                         "std": list(IMAGENET_STD),
+                         # evaluation reads each image at its own size (sliding windows cover it), normalised
+                         "preprocessing": Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD).to_dict()}}
 
     def _refuse_other_data(self, data: dict[str, Any]) -> None:
         """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
