@@ -92,6 +92,20 @@ def test_a_runs_eval_transform_is_the_same_pipeline_as_before():
     torch.testing.assert_close(ours(image), reference(image), atol=0, rtol=0)
 
 
+def test_a_detection_runs_record_is_its_data_sets_eval_transform(photos):
+    """What a detection run records (data/coco.py's `image_preprocessing`, resampler "float") gives the pixels its
+    data set evaluates on: torchvision's v2 pipeline on float pixels, the longer side to --max-size."""
+    from torchvision.transforms import v2
+
+    from vitlab.data.coco import IMAGENET_MEAN, IMAGENET_STD, image_preprocessing
+
+    reference = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Resize(size=None, max_size=96),
+                            v2.Normalize(list(IMAGENET_MEAN), list(IMAGENET_STD))])
+    ours = Preprocessing.from_dict(image_preprocessing(96, IMAGENET_MEAN, IMAGENET_STD).to_dict())
+    for photo in photos:
+        torch.testing.assert_close(ours(photo), reference(photo), atol=0, rtol=0)
+
+
 def test_bad_records_are_refused_by_name():
     with pytest.raises(ValueError, match="has no 'size'"):
         Preprocessing.from_dict({"size": 3})

@@ -39,12 +39,13 @@ def test_a_run_writes_its_classes_names_wherever_its_weights_go(trained, tmp_pat
         assert tuple(saved["model_config"]["labels"]) == names  # config.json
         model = load_model(run / "best.safetensors")
         assert model.config.labels == names  # the safetensors file's own metadata, read without the run
+        # its preprocessing (a detector's: its data set's evaluation transform), in the file too
+        assert preprocessing_for(run / "best.safetensors").to_dict() == saved["data"]["preprocessing"]
         if name == "cls":  # the graph's metadata is written the same way for every family (runtime/graphs.py)
             out = tmp_path / f"{name}.onnx"
             assert main(["export", str(run), "--format", "onnx", "--no-optimize", "--out", str(out)]) == 0
             assert tuple(read_metadata(out)["labels"]) == names  # the exported graph's
-            # and its preprocessing, in the file: the weights alone answer as the run does, and so does the graph
-            assert preprocessing_for(run / "best.safetensors").to_dict() == saved["data"]["preprocessing"]
+            # and its preprocessing: the weights alone answer as the run does, and so does the graph
             assert read_metadata(out)["preprocessing"] == saved["data"]["preprocessing"]
             graph = runtime.load(out)
             assert graph.labels == names and graph.preprocessing.to_dict() == saved["data"]["preprocessing"]

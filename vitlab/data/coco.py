@@ -30,6 +30,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from .checks import check_coco, keep_good
 from .images import read_image
+from .preprocessing import Preprocessing
 
 
 class CocoDetection(Dataset):
@@ -129,6 +130,12 @@ def image_transforms(max_size: int | None = None, mean: tuple[float, ...] | None
     if mean is not None:
         steps.append(v2.Normalize(mean=list(mean), std=list(std)))
     return v2.Compose(steps)
+
+
+def image_preprocessing(max_size: int | None, mean: tuple[float, ...], std: tuple[float, ...]) -> Preprocessing:
+    """`image_transforms` as a Preprocessing record (what a detection run records and its inference applies): the
+    longer side to `max_size` with torchvision's antialiased bilinear on float pixels, then normalised."""
+    return Preprocessing(max_size=max_size, mean=mean, std=std, resampler="float")
 
 
 def pad_collate(batch: list[tuple[torch.Tensor, dict[str, Any]]]):

@@ -13,8 +13,9 @@ server and the runtimes.
                                                                                      # rescales, within 2049 x 1025
 
 Whose resampling (`resampler`) matters to the pixel: Pillow's ("pil": timm, the official repositories,
-transformers' `...ImageProcessorPil`) and torchvision's antialiased resize of uint8 tensors ("torch": transformers'
-default image processors and vitlab's training data) round differently.
+transformers' `...ImageProcessorPil`), torchvision's antialiased resize of uint8 tensors ("torch": transformers'
+default image processors and vitlab's classification data) and torchvision's resize of the pixels as floats in
+[0, 1], never rounded back to uint8 ("float": vitlab's detection data) round differently.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .channels import convert_pil, convert_tensor
 
 INTERPOLATIONS = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
                   "bicubic": InterpolationMode.BICUBIC}
-RESAMPLERS = ("torch", "pil")
+RESAMPLERS = ("torch", "pil", "float")
 
 __all__ = ["INTERPOLATIONS", "RESAMPLERS", "Preprocessing"]
 
@@ -148,7 +149,7 @@ class Preprocessing:
         """One image: PIL (any mode) or a (C, H, W) uint8 tensor -> (channels, H, W) float32, normalised."""
         if isinstance(image, Image.Image):
             image = convert_pil(image, self.channels)
-            if self.resampler == "torch":
+            if self.resampler != "pil":
                 image = TF.pil_to_tensor(image)
         elif isinstance(image, torch.Tensor):
             if image.dtype != torch.uint8 or image.ndim != 3:
@@ -158,12 +159,14 @@ class Preprocessing:
                 image = TF.to_pil_image(image)
         else:
             raise TypeError(f"an image is a PIL image or a (C, H, W) uint8 tensor, got {type(image).__name__}")
+        if self.resampler == "float":
+            image = TF.to_dtype(image, torch.float32, scale=True)
         height, width = (image.height, image.width) if isinstance(image, Image.Image) else image.shape[-2:]
         size = self.resized_shape(height, width)
         if size != (height, width):
-            if self.antialias:
+            if self.antialias or self.resampler == "float":
                 image = TF.resize(image, list(size), interpolation=INTERPOLATIONS[self.interpolation],
-                                  antialias=True)
+                                  antialias=self.antialias)
             else:  # in float, rounded once: torch's uint8 kernel rounds its weights to fixed point (±1 level)
                 image = TF.resize(image.float(), list(size), interpolation=INTERPOLATIONS[self.interpolation],
                                   antialias=False).round_().clamp_(0, 255).to(torch.uint8)
@@ -171,5 +174,5 @@ class Preprocessing:
             image = TF.center_crop(image, list(self.crop))
         if isinstance(image, Image.Image):
             image = TF.pil_to_tensor(image)
-        pixels = TF.to_dtype(image, torch.float32, scale=True)
+        pixels = image if image.is_floating_point() else TF.to_dtype(image, torch.float32, scale=True)
         return TF.normalize(pixels, list(self.mean), list(self.std))

@@ -18,7 +18,7 @@ from ...atomic import atomic_write, write_json
 from ...data.coco import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    image_transforms,
+    image_preprocessing,
     pad_collate,
 )
 from ...data.images import INPUT_HINT, read_image
@@ -107,19 +107,16 @@ def record_for(task, model: nn.Module, preprocessing) -> dict[str, Any]:
 
     config = family_config(model)
     classes = list(config.labels) or [str(i) for i in range(config.fact("classes"))]
-    preprocessing = preprocessing or Preprocessing(max_size=task.config.max_size, mean=IMAGENET_MEAN,
-                                                   std=IMAGENET_STD)
+    preprocessing = preprocessing or image_preprocessing(task.config.max_size, IMAGENET_MEAN, IMAGENET_STD)
     return {"classes": classes, "category_ids": list(range(len(classes))), "mean": list(preprocessing.mean),
             "std": list(preprocessing.std), "preprocessing": preprocessing.to_dict()}
 
 
-def _preprocessing(task, saved: dict[str, Any]):
-    """The record's preprocessing; a run's (which records none) is its evaluation transform: the longer side to
-    --max-size, on float pixels as its data set does it."""
+def _preprocessing(task, saved: dict[str, Any]) -> Preprocessing:
+    """The record's preprocessing; a run's from before runs recorded it is its evaluation transform."""
     if saved["data"].get("preprocessing"):
         return Preprocessing.from_dict(saved["data"]["preprocessing"])
-    transforms = image_transforms(task.config.max_size, mean=IMAGENET_MEAN, std=IMAGENET_STD)
-    return lambda picture: transforms(TF.to_dtype(TF.to_image(picture), torch.float32, scale=True))
+    return image_preprocessing(task.config.max_size, IMAGENET_MEAN, IMAGENET_STD)
 
 
 @torch.inference_mode()

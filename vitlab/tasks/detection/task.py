@@ -21,6 +21,7 @@ from ...data.coco import (
     detection_transforms,
     find_split,
     has_split,
+    image_preprocessing,
     pad_collate,
 )
 from ...data.split import split_indices
@@ -144,7 +145,9 @@ class DetectionTask(Task):
         return {"data": {"path": self.config.data, "classes": train.category_names,
                          "category_ids": train.label_to_category, "num_train": len(train),
                          "num_val": len(self.val_set), "num_test": 0 if self.test_set is None else len(self.test_set),
-                         "split": self.split, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}}
+                         "split": self.split, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD),
+                         "preprocessing": image_preprocessing(self.config.max_size, IMAGENET_MEAN,
+                                                              IMAGENET_STD).to_dict()}}
 
     def _refuse_other_data(self, data: dict[str, Any]) -> None:
         """A resumed run's data (`data`: its config.json's record) must be the data it started on."""
