@@ -66,15 +66,17 @@ class Contender:
     reference: bool = False  # compare its output with vitlab torch's (same weights)
 
 
-def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = True, int8: bool = False
-               ) -> list[Contender]:
+def contenders(case: Case, model, bf16: bool, optimum: bool, compile: bool = True, int8: bool = False,
+               cache_dir: Path | None = None) -> list[Contender]:
+    """`cache_dir`: one graph folder for every row of the model (a bf16 OpenVINO row then reads the fp32 row's
+    model, as a user's second load does); None: each row converts its own, its first call included."""
     import torch
 
     from vitlab import runtime
 
     def on(backend: str, precision: str = "fp32"):
         def make():
-            engine = runtime.load(model, backend=backend, precision=precision)
+            engine = runtime.load(model, backend=backend, precision=precision, cache_dir=cache_dir)
             return lambda x: _first(engine(x))
         return make
 
@@ -188,8 +190,9 @@ def _first(out: Any) -> Any:
 
 
 def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = True, progress=print,
-            target_s: float = 2.0, int8: bool = False, bf16: bool = True) -> list[dict]:
-    """`calls` timed calls per row per round; 0: as many as fill `target_s` (1 to 20, from a warm call)."""
+            target_s: float = 2.0, int8: bool = False, bf16: bool = True, share_graphs: bool = False) -> list[dict]:
+    """`calls` timed calls per row per round; 0: as many as fill `target_s` (1 to 20, from a warm call).
+    `share_graphs`: the rows of the model convert its graph once (contenders' `cache_dir`)."""
     import torch
 
     from benchmarks.harness.costs import peak_rss_mib, peak_rss_reset, rss_mib
@@ -200,7 +203,8 @@ def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = 
     model = create_model(case.name).eval()
     shape = case.shape or (model.config.in_chans, *model.patch_embed.img_size)
     x = torch.rand(case.batch, *shape) if case.name.startswith("ipt") else torch.randn(case.batch, *shape)
-    entries = contenders(case, model, bf16 and bf16_supported("cpu"), optimum, compile, int8)
+    entries = contenders(case, model, bf16 and bf16_supported("cpu"), optimum, compile, int8,
+                         Path(tempfile.mkdtemp(prefix="runtimes-graphs-")) if share_graphs else None)
     fns, rows = {}, {}
     with torch.inference_mode():
         expected = _first(model(x))
@@ -302,7 +306,8 @@ def _best_line(kind: str, ours: list[dict], here: list[dict], anchor_label: str)
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="two tiny models, one round, one call, no compile")
+    parser.add_argument("--quick", action="store_true", help="two tiny models, one round, one call, no compile, "
+                        "one graph per model for all its rows (a bf16 row's first call then converts nothing)")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="leave out the torch.compile rows")
     parser.add_argument("--models", nargs="+", help="only these cases: of the default set, or "
                         + ", ".join(c.name for c in MORE))
@@ -346,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows: list[dict] = []
     for case in cases:
         rows += measure(case, rounds, calls, optimum, args.compile and not args.quick, int8=args.int8,
-                        bf16=args.bf16)
+                        bf16=args.bf16, share_graphs=args.quick)
     host = machine()
     if args.int8:
         from vitlab.runtime.quantize import cpu_int8_isa
