@@ -31,8 +31,9 @@ from .engine.conftest import MINI
 from .hub_fixture import local_hub, no_retry_wait  # noqa: F401 -- the fixture, for every test folder: a local Hugging Face Hub
 
 DATA = ["--data-dir", str(MINI), "--allow-partial-data"]
-# the tests' runs last seconds: their curves.png is drawn once at the end of each, not at every checkpoint
-os.environ.setdefault("VITLAB_CURVES", "end")
+# the tests' runs last seconds, and a picture costs half a second: none is drawn, except by the tests that look at
+# it (each task's shared run below draws its own, once, at its end)
+os.environ.setdefault("VITLAB_CURVES", "never")
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under xdist; None in a plain run
 ALL_CORES = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 # skips that say something about the machine, not about a missing install: allowed in CI too
@@ -202,7 +203,7 @@ def trained(tmp_path_factory) -> TrainedRuns:
 
 def make_cls(out: Path) -> None:
     assert main(["train", "--model", "vit_tiny_patch4_28", *DATA, "--epochs", "1", "--batch-size", "32",
-                 "--out", str(out)]) == 0
+                 "--curves", "end", "--out", str(out)]) == 0
 
 
 def make_scenes(out: Path) -> None:
@@ -211,13 +212,13 @@ def make_scenes(out: Path) -> None:
 
 
 def make_detr(out: Path, scenes: Path) -> None:
-    assert main(["train", "--task", "detection", "--data", str(scenes), "--out", str(out),
+    assert main(["train", "--task", "detection", "--data", str(scenes), "--curves", "end", "--out", str(out),
                  "--epochs", "1", "--batch-size", "8", "--eval-batch-size", "4", "--num-queries", "8"]) == 0
 
 
 def make_setr(out: Path, scenes: Path) -> None:
     assert main(["train", "--task", "segmentation", "--model", "setr_mla_small", "--data", str(scenes),
-                 "--out", str(out), "--epochs", "1", "--batch-size", "4", "--crop-size", "64",
+                 "--curves", "end", "--out", str(out), "--epochs", "1", "--batch-size", "4", "--crop-size", "64",
                  "--eval-batch-size", "2"]) == 0
 
 
@@ -233,18 +234,18 @@ def make_photos(out: Path) -> None:
 
 def make_ipt(out: Path, photos: Path) -> None:
     assert main(["train", "--task", "restoration", "--model", "ipt_small", "--data", str(photos),
-                 "--degradations", "sr2,denoise30", "--out", str(out), "--steps", "2", "--batch-size", "2",
-                 "--patches-per-task", "2", "--eval-crop", "48"]) == 0
+                 "--degradations", "sr2,denoise30", "--curves", "end", "--out", str(out), "--steps", "2",
+                 "--batch-size", "2", "--patches-per-task", "2", "--eval-crop", "48"]) == 0
 
 
 def make_vqgan(out: Path) -> None:
     assert main(["train", "--task", "vqgan", *DATA, "--epochs", "1", "--batch-size", "16", "--disc-start", "6",
-                 "--eval-images", "0", "--out", str(out)]) == 0
+                 "--eval-images", "0", "--curves", "end", "--out", str(out)]) == 0
 
 
 def make_prior(out: Path, vqgan: Path) -> None:
     assert main(["train", "--task", "prior", "--vqgan", str(vqgan), "--epochs", "1", "--batch-size", "16",
-                 "--eval-samples", "0", "--out", str(out)]) == 0
+                 "--eval-samples", "0", "--curves", "end", "--out", str(out)]) == 0
 
 
 MAKERS = {"cls": make_cls, "scenes": make_scenes, "detr": make_detr, "setr": make_setr, "photos": make_photos,

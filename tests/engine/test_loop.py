@@ -258,11 +258,11 @@ def test_loop_options_are_checked_with_their_names():
         LoopConfig(schedule="linear")
 
 
-@pytest.mark.parametrize(("curves", "drawn_after_rows"), [("every", [1, 2, 3]), ("end", [2, 4])])
+@pytest.mark.parametrize(("curves", "drawn_after_rows"), [("every", [1, 2, 3]), ("end", [2, 4]), ("never", [])])
 def test_curves_are_drawn_at_every_checkpoint_or_once_per_run(tmp_path, monkeypatch, curves, drawn_after_rows):
     """`every` draws curves.png at each of the 3 epochs' checkpoints; `end` once when the run stops, whether
     it finished (its test row included) or was stopped to resume later (here after 2 epochs, then resumed for the
-    third)."""
+    third); `never` not at all."""
     drawn = []  # how many metrics rows the run had each time its picture was drawn
     monkeypatch.setattr(RunDir, "plot_curves", lambda run: drawn.append(len(run.read_metrics())))
     run_toy(Regression, tmp_path / "run", curves=curves, max_epochs_this_run=2)
@@ -276,5 +276,5 @@ def test_curves_default_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("VITLAB_CURVES", "end")
     assert LoopConfig().curves == "end"
     monkeypatch.setenv("VITLAB_CURVES", "sometimes")
-    with pytest.raises(ValueError, match="curves must be one of every, end"):
+    with pytest.raises(ValueError, match="curves must be one of every, end, never"):
         LoopConfig()

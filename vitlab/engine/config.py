@@ -14,7 +14,7 @@ from .options import check, check_choices, option
 
 SCHEDULES = ("cosine", "inverse_sqrt", "poly")
 OPTIMIZERS = ("adamw", "sgd")
-CURVES = ("every", "end")
+CURVES = ("every", "end", "never")
 CURVES_ENV = "VITLAB_CURVES"  # the default of `curves`, for a whole session of short runs (the test suite sets it)
 
 
@@ -64,7 +64,8 @@ class LoopConfig:
     threads: int | None = option(None, "torch CPU threads", default_text="torch's choice")
     workers: int = option(0, "data-loading processes")
     curves: str = option(help="when curves.png is drawn: at every checkpoint (a run stopped at any moment has its "
-                         "picture), or once when this run ends (matplotlib costs ~0.3 s a picture: runs of seconds)",
+                         "picture), once when this run ends (matplotlib costs ~0.3 s a picture: runs of seconds), or "
+                         "never (scripted sweeps that read metrics.jsonl)",
                          choices=CURVES, default_factory=_curves_default, default_text=f"every, or ${CURVES_ENV}")
 
     def __post_init__(self) -> None:
