@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"  # read where it matters (interop/hub.py), and by huggingface_hub's children
     tune_process()
+    from ..engine.run import COMMAND_LINE
+
+    token = COMMAND_LINE.set(["vitlab", *(sys.argv[1:] if argv is None else argv)])  # what a run records
     try:
         return int(args.run(args) or 0)
     except Exception as error:
@@ -55,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         hint = " (a training run continues with --resume RUN_DIR)" if args.command == "train" else ""
         print(f"vitlab {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
+    finally:
+        COMMAND_LINE.reset(token)
 
 
 def _said_to_the_user(error: Exception, *more: type) -> bool:

@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import shlex
 import time
 import warnings
 from collections.abc import Iterator
@@ -50,8 +51,8 @@ from .ema import ModelEma
 from .lean import training_view
 from .optim import build_optimizer, build_scheduler, inverse_sqrt, inverse_sqrt_scale, warmup_poly
 from .rng import rng_state, set_rng_state, set_seed
-from .run import RunDir
-from .speed import autocast, bf16_supported, bf16_unsupported_reason, maybe_compile
+from .run import COMMAND_LINE, RunDir
+from .speed import autocast, bf16_supported, bf16_unsupported_reason, machine_record, maybe_compile
 
 
 @dataclass
@@ -332,8 +333,14 @@ class _Loop:
             self.run_dir.path.mkdir(parents=True, exist_ok=True)
             if not resume:
                 self.run_dir.file("metrics.jsonl").unlink(missing_ok=True)
+            started = self.run_dir.read_config() if resume and self.run_dir.file("config.json").is_file() else {}
+            command = COMMAND_LINE.get()
+            invocation = {"command": started.get("command", shlex.join(command) if command else None)}
+            if resume and command:
+                invocation["resumed_with"] = shlex.join(command)
             self.run_dir.write_config({**self.run_info, "loop": dataclasses.asdict(config),
-                                       "world_size": dist.world_size})
+                                       "world_size": dist.world_size, **invocation,
+                                       "machine": started.get("machine", machine_record(self.device))})
         if config.bf16 and not bf16_supported(self.device) and dist.is_main:
             warnings.warn(f"bf16: {bf16_unsupported_reason(self.device)}", stacklevel=3)
         # the compiled module shares `model`'s parameters; files are written from `model`, so keys stay plain

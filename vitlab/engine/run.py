@@ -17,6 +17,7 @@ names the file, says what is wrong and what the user can do.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 from pathlib import Path
@@ -30,6 +31,9 @@ from ..models.family import family_config
 
 CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE = "config.json", "metrics.jsonl", "state.pt", "curves.png"
 WEIGHT_NAMES = ("last", "best", "ema")
+PUBLISHED_WEIGHTS = "model"  # model.safetensors: the weights of a run written for the Hub (vitlab push), its only ones
+# the command line of the `vitlab` process (cli/main.py sets it): a run records what started it
+COMMAND_LINE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("command_line", default=None)
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE, *(f"{name}.safetensors" for name in WEIGHT_NAMES))
 
 
@@ -84,7 +88,10 @@ class RunDir:
         the run (a file, a release's name) as they are."""
         if which not in WEIGHT_NAMES:
             return which
-        return which if self.weights_file(which).is_file() else "last"
+        if self.weights_file(which).is_file():
+            return which
+        published = not self.weights_file("last").is_file() and self.weights_file(PUBLISHED_WEIGHTS).is_file()
+        return PUBLISHED_WEIGHTS if published else "last"
 
     def selected_weights(self, which: str | None = None) -> str:
         """The weights to load: `which` as given, or for None the ones the run selected — best (chosen on

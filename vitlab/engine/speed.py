@@ -139,3 +139,19 @@ def tune_process() -> dict[str, bool]:
 
 __all__ = ["FLUSH_DENORMALS_ENV", "KEEP_FREED_MEMORY_ENV", "autocast", "bf16_supported", "bf16_unsupported_reason",
            "check_bf16", "flush_denormals", "freed_memory_kept", "keep_freed_memory", "maybe_compile", "tune_process"]
+
+
+def machine_record(device: str | torch.device = "cpu") -> dict[str, object]:
+    """What a run was trained on, as its config.json and model card say it: the CPU's model name, its ISA as torch
+    sees it (AVX2, AVX512, ...), cores, threads, torch, and the GPU where it ran on one."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as f:
+        cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    record: dict[str, object] = {"cpu": cpu, "isa": torch.backends.cpu.get_cpu_capability(),
+                                 "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+                                 "torch": torch.__version__, "device": str(device)}
+    if torch.device(device).type == "cuda":
+        record["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return record

@@ -39,7 +39,7 @@ from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock,
 from ..layers.pos_embed import sine_box_embed, sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .denoising import DenoisingEmbedding, DenoisingQueries
-from .family import ExportSpec, Model, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Paper, Release
 from .labels import coco_91
 from .registry import register_config, register_model
 from .release_inputs import DETR_COCO
@@ -309,6 +309,9 @@ class DeformableDETRConfig(SetPrediction, ModelFamily):
     title: ClassVar[str] = "Deformable DETR"
     description: ClassVar[str] = ("Deformable DETR (Zhu et al., ICLR 2021): DETR whose attention samples a few "
                                   "points of a multi-scale feature pyramid")
+    paper: ClassVar[Paper | None] = Paper(
+        "Deformable DETR: Deformable Transformers for End-to-End Object Detection",
+        "Zhu, Xizhou and others", "ICLR", 2021, "2010.04159")
     columns: ClassVar[str] = "depth: encoder + decoder layers"
     # SenseTime's releases as Hugging Face hosts them (transformers' key names, timm's ResNet-50); the originals are
     # Google Drive files (fundamentalvision/Deformable-DETR's README). The figure: box AP on COCO val2017 from that

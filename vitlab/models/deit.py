@@ -25,7 +25,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from .family import Release
+from .family import Paper, Release
 from .labels import imagenet_1k
 from .registry import register_config, register_model
 from .release_inputs import IMAGENET, timm_eval
@@ -58,6 +58,9 @@ class DeiTConfig(ViTConfig):
     )}
     description: ClassVar[str] = ("DeiT distilled (Touvron et al., ICML 2021): a ViT with a distillation token and "
                                   "head, trained against a teacher")
+    paper: ClassVar[Paper | None] = Paper(
+        "Training data-efficient image transformers & distillation through attention",
+        "Touvron, Hugo and others", "ICML", 2021, "2012.12877")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -31,7 +31,7 @@ from ..layers.blocks import DecoderBlock, EncoderBlock, PostNormEncoderBlock, Pr
 from ..layers.pos_embed import sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .denoising import DenoisingEmbedding, DenoisingQueries
-from .family import ExportSpec, Model, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Paper, Release
 from .labels import coco_91
 from .registry import register_config, register_model
 from .release_inputs import DETR_COCO
@@ -181,6 +181,9 @@ class DETRConfig(SetPrediction, ModelFamily):
     title: ClassVar[str] = "DETR"
     description: ClassVar[str] = ("DETR (Carion et al., ECCV 2020): a ResNet, a Transformer encoder-decoder and object "
                                   "queries matched one-to-one to the objects")
+    paper: ClassVar[Paper | None] = Paper(
+        "End-to-End Object Detection with Transformers",
+        "Carion, Nicolas and others", "ECCV", 2020, "2005.12872")
     columns: ClassVar[str] = "depth: encoder + decoder layers; classes: + no-object"
 
     num_classes: int = 91  # K; the official COCO models index classes by category id, hence 91

@@ -30,7 +30,7 @@ from torch import nn
 
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.tiling import BLEND
-from .family import ExportSpec, Model, ModelFamily
+from .family import ExportSpec, Model, ModelFamily, Paper
 from .ipt import (
     PAPER_DEGRADATIONS,
     add_baseline,
@@ -115,6 +115,9 @@ class EDSRConfig(ModelFamily):
     title: ClassVar[str] = "EDSR"
     description: ClassVar[str] = ("EDSR (Lim et al., CVPRW 2017): the residual convnet baseline of image "
                                   "restoration, one head and tail per task")
+    paper: ClassVar[Paper | None] = Paper(
+        "Enhanced Deep Residual Networks for Single Image Super-Resolution",
+        "Lim, Bee and others", "CVPRW", 2017, "1707.02921")
     columns: ClassVar[str] = "dim: channels; depth: residual blocks"
 
     degradations: tuple[str, ...] = PAPER_DEGRADATIONS

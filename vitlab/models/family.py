@@ -37,6 +37,27 @@ from torch import nn
 
 
 @dataclass(frozen=True)
+class Paper:
+    """The paper a family comes from, as a model card cites it."""
+
+    title: str
+    authors: str  # "Dosovitskiy, Alexey and others": BibTeX's form, the first author and "others"
+    venue: str  # "ICLR"
+    year: int
+    arxiv: str  # "2010.11929"
+
+    @property
+    def url(self) -> str:
+        return f"https://arxiv.org/abs/{self.arxiv}"
+
+    def bibtex(self) -> str:
+        key = f"{self.authors.split(',')[0].lower()}{self.year}"
+        return (f"@inproceedings{{{key},\n  title = {{{self.title}}},\n  author = {{{self.authors}}},\n"
+                f"  booktitle = {{{self.venue}}},\n  year = {{{self.year}}},\n  eprint = {{{self.arxiv}}},\n"
+                f"  archivePrefix = {{arXiv}}\n}}")
+
+
+@dataclass(frozen=True)
 class Release:
     """A released checkpoint of a family: where it is, what format it is in, and the figure its authors report.
 
@@ -108,6 +129,7 @@ class ModelFamily:
     family: ClassVar[str]
     title: ClassVar[str] = ""  # its name in prose: "Deformable DETR"
     description: ClassVar[str] = ""
+    paper: ClassVar[Paper | None] = None  # what a model card cites
     columns: ClassVar[str] = ""
     tasks: ClassVar[tuple[str, ...]] = ()  # the kinds of training that train it ("classification", ...)
     not_exportable: ClassVar[str | None] = None

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..layers.blocks import EncoderBlock, KVCache
-from .family import Model, ModelFamily
+from .family import Model, ModelFamily, Paper
 from .registry import register_config, register_model
 
 
@@ -160,6 +160,9 @@ class GPTPriorConfig(ModelFamily):
     title: ClassVar[str] = "GPT prior"
     description: ClassVar[str] = ("the VQGAN's Transformer prior (Esser et al., CVPR 2021): a GPT over code "
                                   "sequences, optionally class-conditional")
+    paper: ClassVar[Paper | None] = Paper(
+        "Taming Transformers for High-Resolution Image Synthesis",
+        "Esser, Patrick and others", "CVPR", 2021, "2012.09841")
     columns: ClassVar[str] = "image: the code grid"
     not_exportable: ClassVar[str | None] = (
         "the prior samples one token at a time in a Python loop with a key-value cache; export its VQGAN run "

@@ -44,7 +44,7 @@ from ..layers.blocks import EncoderBlock, PreNormDecoderBlock
 from ..layers.conv import MeanShift, ResBlock, Upsampler, same_conv
 from ..layers.resample import bicubic_upsample
 from ..layers.tiling import BLEND, tiled_apply
-from .family import ExportSpec, Model, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Paper, Release
 from .registry import register_config, register_model
 
 # every degradation IPT knows, with the scale of its output; the pretrained model's task order is the official one
@@ -288,6 +288,9 @@ class IPTConfig(ModelFamily):
     title: ClassVar[str] = "IPT"
     description: ClassVar[str] = ("IPT (Chen et al., CVPR 2021): per-task convolutional heads and tails around one "
                                   "shared Transformer body, for super-resolution, denoising and deraining")
+    paper: ClassVar[Paper | None] = Paper(
+        "Pre-Trained Image Processing Transformer",
+        "Chen, Hanting and others", "CVPR", 2021, "2012.00364")
     columns: ClassVar[str] = "image: the body's input side; patch: its token patch; dim: a token's width"
     # The authors' releases: one Google Drive folder (huawei-noah/Pretrained-IPT's README) holding the six-task
     # pre-trained model and a model fine-tuned for each task, raw state dicts of the official code. The folder's

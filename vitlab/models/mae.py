@@ -34,6 +34,7 @@ from torch import nn
 
 from ..layers.blocks import EncoderBlock
 from ..layers.pos_embed import sincos_pos_embed
+from .family import Paper
 from .registry import register_config, register_model
 from .vit import VisionTransformer, ViTConfig
 
@@ -58,6 +59,9 @@ class MAEConfig(ViTConfig):
     title: ClassVar[str] = "MAE"
     description: ClassVar[str] = ("MAE (He et al., CVPR 2022): a ViT pretrained by reconstructing the pixels of "
                                   "randomly hidden patches from the visible ones; its encoder starts ViT or SETR")
+    paper: ClassVar[Paper | None] = Paper(
+        "Masked Autoencoders Are Scalable Vision Learners",
+        "He, Kaiming and others", "CVPR", 2022, "2111.06377")
     releases: ClassVar[dict] = {}
     not_exportable: ClassVar[str | None] = ("a masked autoencoder draws a random mask in its forward and is only "
                                             "trained; export the ViT or SETR its encoder starts")

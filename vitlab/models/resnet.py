@@ -16,7 +16,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .family import ExportSpec, Model, ModelFamily
+from .family import ExportSpec, Model, ModelFamily, Paper
 from .registry import register_config, register_model
 
 
@@ -28,6 +28,9 @@ class ResNetConfig(ModelFamily):
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
     title: ClassVar[str] = "ResNet"
     description: ClassVar[str] = "ResNet (He et al., CVPR 2016): the convolutional baseline and teacher"
+    paper: ClassVar[Paper | None] = Paper(
+        "Deep Residual Learning for Image Recognition",
+        "He, Kaiming and others", "CVPR", 2016, "1512.03385")
     columns: ClassVar[str] = "depth: layers; no patches"
 
     depth: int = 18  # 18 or 34 (BasicBlock ResNets in torchvision)

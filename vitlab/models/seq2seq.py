@@ -23,7 +23,7 @@ from torch import nn
 
 from ..layers.blocks import DecoderBlock, EncoderBlock, KVCache, PostNormEncoderBlock, PreNormDecoderBlock
 from ..layers.pos_embed import sincos_1d
-from .family import Model, ModelFamily
+from .family import Model, ModelFamily, Paper
 from .registry import register_config
 
 # The config family is registered (so saved weights rebuild their model through `config_from_dict`), but no
@@ -39,6 +39,9 @@ class Seq2SeqConfig(ModelFamily):
     title: ClassVar[str] = "Transformer"
     description: ClassVar[str] = ("the Transformer (Vaswani et al., NeurIPS 2017): an encoder-decoder over token "
                                   "sequences")
+    paper: ClassVar[Paper | None] = Paper(
+        "Attention Is All You Need",
+        "Vaswani, Ashish and others", "NeurIPS", 2017, "1706.03762")
     not_exportable: ClassVar[str | None] = ("beam search and greedy decoding are Python loops over one-token steps, "
                                             "not one graph")
 

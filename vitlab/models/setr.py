@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .adapt import fresh_classifiers
-from .family import ExportSpec, Model, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Paper, Release
 from .labels import ade20k_150, cityscapes_19
 from .registry import get_config, register_config, register_model
 from .release_inputs import mmseg_test
@@ -293,6 +293,9 @@ class SETRConfig(ModelFamily):
     title: ClassVar[str] = "SETR"
     description: ClassVar[str] = ("SETR (Zheng et al., CVPR 2021): a ViT encoder and a convolutional decoder for "
                                   "semantic segmentation")
+    paper: ClassVar[Paper | None] = Paper(
+        "Rethinking Semantic Segmentation from a Sequence-to-Sequence Perspective with Transformers",
+        "Zheng, Sixiao and others", "CVPR", 2021, "2012.15840")
     columns: ClassVar[str] = "image, patch, dim, depth, heads: its ViT encoder's"
     # The authors' releases (fudan-zvg/SETR's README at 1361561, MIT): mmcv checkpoints on Google Drive, one per
     # config in configs/SETR/, whose sizes the overrides give (ADE20K: 150 classes on 512 crops, Pascal Context: 60

@@ -25,7 +25,7 @@ from ..layers.blocks import EncoderBlock
 from ..layers.patch_embed import ConvStemPatchEmbed, PatchEmbed
 from ..layers.pos_embed import learned_pos_embed, resample_pos_embed, sincos_pos_embed
 from .adapt import adapt_input_channels, fresh_classifiers
-from .family import ExportSpec, Model, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Paper, Release
 from .labels import imagenet_1k
 from .registry import register_config, register_model
 from .release_inputs import INCEPTION, timm_eval
@@ -63,6 +63,9 @@ class ViTConfig(ModelFamily):
     )}
     description: ClassVar[str] = ("ViT, the Vision Transformer (Dosovitskiy et al., ICLR 2021): image patches as "
                                   "tokens through a pre-norm Transformer encoder, classified from the class token")
+    paper: ClassVar[Paper | None] = Paper(
+        "An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale",
+        "Dosovitskiy, Alexey and others", "ICLR", 2021, "2010.11929")
 
     img_size: int | tuple[int, int] = 224  # (H, W) the model is built for; ints mean square
     patch_size: int | tuple[int, int] = 16  # (ph, pw)

@@ -32,7 +32,7 @@ from torch import nn
 from ..layers.blocks import SpatialSelfAttention
 from ..layers.conv import Downsample, NormResBlock, Upsample, same_conv
 from ..layers.quantize import VectorQuantizer
-from .family import ExportSpec, Model, ModelFamily, Release
+from .family import ExportSpec, Model, ModelFamily, Paper, Release
 from .registry import register_config, register_model
 from .release_inputs import INCEPTION, TAMING_256
 
@@ -249,6 +249,9 @@ class VQGANConfig(ModelFamily):
     title: ClassVar[str] = "VQGAN"
     description: ClassVar[str] = ("VQGAN (Esser et al., CVPR 2021): a convolutional autoencoder with a learned "
                                   "codebook, trained with perceptual and adversarial losses")
+    paper: ClassVar[Paper | None] = Paper(
+        "Taming Transformers for High-Resolution Image Synthesis",
+        "Esser, Patrick and others", "CVPR", 2021, "2012.09841")
     columns: ClassVar[str] = ("image: training size; patch: the downsampling factor f; dim: code width; depth: "
                               "levels; classes: codebook size")
     # taming-transformers' ImageNet VQGANs (its README's table, MIT): training checkpoints (last.ckpt, discriminator

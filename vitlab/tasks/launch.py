@@ -199,12 +199,12 @@ def load_run_model(run_dir: str | Path, which: str | None = None) -> nn.Module:
     class count or grid are refused here: inference with a fresh head would answer at random."""
     import warnings
 
-    from ..engine.run import WEIGHT_NAMES
+    from ..engine.run import PUBLISHED_WEIGHTS, WEIGHT_NAMES
     from ..interop import load_weights
 
     run = RunDir(run_dir)
     which = run.selected_weights(which)
-    if which in WEIGHT_NAMES:
+    if which in (*WEIGHT_NAMES, PUBLISHED_WEIGHTS):
         return run.load_model(which)
     model = run.load_model(run.kept_weights("last"))  # the run's architecture, its config
     with warnings.catch_warnings(record=True) as adapted:

@@ -230,3 +230,8 @@ def examples(saved: dict[str, Any], count: int) -> list[Path]:
     if DOCS_EXAMPLES.is_dir() and data.get("channels", 3) == 1:
         return sorted(DOCS_EXAMPLES.glob("*.png"))[:count]
     return []
+
+
+def hub_pipeline_tag(task) -> str:
+    """The Hugging Face Hub's pipeline tag of a model of this task (a pushed model card's `pipeline_tag`)."""
+    return "image-classification"

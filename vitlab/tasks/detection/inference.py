@@ -223,3 +223,8 @@ def examples(saved: dict[str, Any], count: int) -> list[Path]:
         if found:
             return found[:count]
     return []
+
+
+def hub_pipeline_tag(task) -> str:
+    """The Hugging Face Hub's pipeline tag of a model of this task (a pushed model card's `pipeline_tag`)."""
+    return "object-detection"

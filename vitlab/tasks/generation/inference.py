@@ -211,3 +211,9 @@ def examples(saved: dict[str, Any], count: int) -> list[Path]:
     from ..classification.inference import examples as one_channel_examples
 
     return one_channel_examples({"data": {"channels": saved.get("data", {}).get("channels", 3)}}, count)
+
+
+def hub_pipeline_tag(task) -> str:
+    """The Hugging Face Hub's pipeline tag of a model of this task (a pushed model card's `pipeline_tag`): a VQGAN
+    maps an image to its reconstruction, a prior samples images of a class."""
+    return "image-to-image" if task.name == "vqgan" else "unconditional-image-generation"

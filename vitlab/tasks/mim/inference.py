@@ -97,3 +97,8 @@ def examples(saved: dict[str, Any], count: int) -> list[Path]:
     if not root or not Path(root).is_dir():
         return []
     return (unlabelled_split(root, "test") or unlabelled_split(root, "val") or [])[:count]
+
+
+def hub_pipeline_tag(task) -> str:
+    """The Hugging Face Hub's pipeline tag of a model of this task (a pushed model card's `pipeline_tag`)."""
+    return "image-feature-extraction"

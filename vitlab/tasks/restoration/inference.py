@@ -205,3 +205,8 @@ def answer(task, model: nn.Module, saved: dict[str, Any], image: Path, folder: P
 
 def examples(saved: dict[str, Any], count: int) -> list[Path]:
     return [Path(p) for p in saved.get("data", {}).get("test", [])][:count]
+
+
+def hub_pipeline_tag(task) -> str:
+    """The Hugging Face Hub's pipeline tag of a model of this task (a pushed model card's `pipeline_tag`)."""
+    return "image-to-image"

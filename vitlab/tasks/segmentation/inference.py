@@ -179,3 +179,8 @@ def examples(saved: dict[str, Any], count: int) -> list[Path]:
     from ..detection.inference import examples as images_of_a_folder
 
     return images_of_a_folder(saved, count)
+
+
+def hub_pipeline_tag(task) -> str:
+    """The Hugging Face Hub's pipeline tag of a model of this task (a pushed model card's `pipeline_tag`)."""
+    return "image-segmentation"
