@@ -64,6 +64,10 @@ def test_a_resumed_pretraining_ends_where_a_straight_one_does(scenes, run_dir, t
     assert main(["train", "--resume", str(stopped)]) == 0
     a, b = load_file(run_dir / "last.safetensors"), load_file(stopped / "last.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    # its record keeps the command that started it, and says what resumed it
+    saved = json.loads((stopped / "config.json").read_text())
+    assert saved["command"].startswith("vitlab train --task mim") and saved["command"].endswith("1")
+    assert saved["resumed_with"] == f"vitlab train --resume {stopped}"
 
 
 @pytest.mark.slow

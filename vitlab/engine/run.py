@@ -203,7 +203,7 @@ class RunDir:
             raise self._damaged_weights(path, error) from error
 
     def _existing_weights(self, which: str) -> Path:
-        if which not in WEIGHT_NAMES:
+        if which not in WEIGHT_NAMES and which != PUBLISHED_WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(WEIGHT_NAMES)}, got {which!r}")
         path = self.weights_file(which)
         if not path.is_file():

@@ -1,0 +1,107 @@
+"""`vitlab push RUN org/name --to DIR`: the folder a Hub repository holds, its card checked by huggingface_hub's own
+readers against the run's files (every figure from metrics.jsonl, the command and machine from config.json), and the
+folder answering `vitlab predict` as the run does."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vitlab.cli.main import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def rows_of(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def card_results(folder: Path) -> dict[tuple[str, str], float]:
+    """(split, metric) -> value, as the Hub reads the card's model-index (huggingface_hub's parser)."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(folder / "README.md")
+    return {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results or []}
+
+
+def test_a_pushed_run_is_a_folder_whose_card_and_answers_are_the_runs(trained, tmp_path, capsys):
+    from huggingface_hub import ModelCard
+
+    run = trained["cls"]
+    before = digests(run)
+    out = tmp_path / "repo"
+    assert main(["push", str(run), "me/vit-fashion", "--to", str(out)]) == 0
+    assert digests(run) == before  # the run is only read
+    assert {p.name for p in out.iterdir()} == {"model.safetensors", "config.json", "README.md", "curves.png"}
+    saved = json.loads((run / "config.json").read_text())
+    assert (out / "model.safetensors").read_bytes() == (run / "best.safetensors").read_bytes()
+
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "vitlab" and card.data.pipeline_tag == "image-classification"
+    assert card.data.datasets == ["zalando-datasets/fashion_mnist"] and "vit" in card.data.tags
+    *evaluated, test_row = rows_of(run)
+    selected = next(row for row in evaluated if row["step"] == test_row["selected_step"])
+    results = card_results(out)
+    assert results[("test", "acc")] == pytest.approx(test_row["test_acc"], abs=1e-6)
+    assert results[("validation", "acc")] == pytest.approx(selected["val_acc"], abs=1e-6)
+    assert saved["command"].startswith("vitlab train ") and saved["command"] in card.text
+    assert saved["machine"]["cpu"] in card.text and saved["machine"]["isa"] in card.text
+    for name in saved["data"]["classes"]:
+        assert f"| {name} |" in card.text
+    assert "hf-hub:me/vit-fashion" in card.text and "@inproceedings{dosovitskiy2021" in card.text
+
+    capsys.readouterr()
+    image = str(EXAMPLES / "test0-ankle-boot.png")
+    assert main(["predict", str(run), image, "--json"]) == 0
+    by_run = json.loads(capsys.readouterr().out)
+    assert main(["predict", str(out), image, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == by_run  # same labels, same scores
+
+
+def test_the_card_follows_the_runs_figures_and_says_when_it_was_not_tested(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained["cls"], run)
+    *evaluated, test_row = rows_of(run)
+    changed = {**test_row, "test_acc": 0.123456}
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [*evaluated, changed]))
+    assert main(["push", str(run), "me/a", "--to", str(tmp_path / "a")]) == 0
+    assert card_results(tmp_path / "a")[("test", "acc")] == pytest.approx(0.123456)
+
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in evaluated))  # never tested
+    assert main(["push", str(run), "me/b", "--to", str(tmp_path / "b")]) == 0
+    assert {split for split, _ in card_results(tmp_path / "b")} == {"validation"}
+    assert "Not evaluated on a test set" in (tmp_path / "b" / "README.md").read_text()
+
+
+def test_a_detection_run_is_pushed_with_its_pipeline_tag_and_labels(trained, tmp_path):
+    from huggingface_hub import ModelCard
+
+    run = trained["detr"]
+    assert main(["push", str(run), "me/detr-scenes", "--to", str(tmp_path / "repo")]) == 0
+    card = ModelCard.load(tmp_path / "repo" / "README.md")
+    assert card.data.pipeline_tag == "object-detection" and card.data.datasets is None  # a folder of its own
+    for name in json.loads((run / "config.json").read_text())["data"]["classes"]:
+        assert f"| {name} |" in card.text
+
+
+def test_bad_pushes_are_refused_and_write_nothing(trained, tmp_path, capsys):
+    run = str(trained["cls"])
+    assert main(["push", run, "not-a-repo-id", "--to", str(tmp_path / "x")]) == 2
+    assert "is not a Hub repository id: give org/name" in capsys.readouterr().err
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "mine.txt").write_text("a user's file")
+    assert main(["push", run, "me/x", "--to", str(taken)]) == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert [p.name for p in taken.iterdir()] == ["mine.txt"]
+    assert main(["push", run, "me/x"]) == 2
+    assert "--to DIR" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no folder, no staging left behind
