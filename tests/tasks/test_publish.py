@@ -66,6 +66,26 @@ def test_a_pushed_run_is_a_folder_whose_card_and_answers_are_the_runs(trained, t
     assert json.loads(capsys.readouterr().out) == by_run  # same labels, same scores
 
 
+def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, local_hub, tmp_path, capsys):
+    """The folder, as the Hub serves it (published to the local Hub): `vitlab predict hf-hub:org/name` reads it as
+    the run it is, its record included (the run's test-time flip: the same scores), and `vitlab.pipeline` names
+    the same class."""
+    import vitlab
+
+    run = trained["cls"]
+    assert main(["push", str(run), "me/vit-hub", "--to", str(tmp_path / "repo")]) == 0
+    local_hub.publish_folder("me/vit-hub", tmp_path / "repo")
+    image = str(EXAMPLES / "test1-pullover.png")
+    capsys.readouterr()
+    assert main(["predict", str(run), image, "--json"]) == 0
+    by_run = json.loads(capsys.readouterr().out)
+    assert main(["predict", "hf-hub:me/vit-hub", image, "--json"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    assert [item["top_k"] for item in by_name] == [item["top_k"] for item in by_run]
+    answer = vitlab.pipeline(model="hf-hub:me/vit-hub")(image)
+    assert answer[0]["label"] == by_run[0]["top_k"][0]["class"]
+
+
 def test_the_card_follows_the_runs_figures_and_says_when_it_was_not_tested(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained["cls"], run)
@@ -102,6 +122,4 @@ def test_bad_pushes_are_refused_and_write_nothing(trained, tmp_path, capsys):
     assert main(["push", run, "me/x", "--to", str(taken)]) == 2
     assert "already holds files" in capsys.readouterr().err
     assert [p.name for p in taken.iterdir()] == ["mine.txt"]
-    assert main(["push", run, "me/x"]) == 2
-    assert "--to DIR" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no folder, no staging left behind

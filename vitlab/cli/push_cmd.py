@@ -1,5 +1,5 @@
-"""`vitlab push RUN_DIR org/name --to DIR`: a run as a Hugging Face Hub repository, its model card written from the
-run's own files (tasks/publish.py). The folder is what the repository holds; `hf upload org/name DIR` uploads it."""
+"""`vitlab push RUN_DIR org/name`: a run as a Hugging Face Hub repository (one commit), its model card written from
+the run's own files (tasks/publish.py); `--to DIR` writes the repository's files there instead of uploading."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", help="a run folder written by `vitlab train`")
     p.add_argument("repo_id", help="the repository it is for, org/name")
     p.add_argument("--to", metavar="DIR", help="write the repository's files to this new folder (model.safetensors, "
-                   "config.json, README.md: the card, curves.png)")
+                   "config.json, README.md: the card, curves.png) instead of uploading them")
+    p.add_argument("--private", action="store_true", help="a new repository is created private")
+    p.add_argument("--revision", metavar="BRANCH", help="commit to this branch (made from main where it is new)")
+    p.add_argument("--message", help="the commit's message (default: vitlab push of RUN_DIR's name)")
     p.add_argument("--weights", choices=("best", "last", "ema"),
                    help="which of the run's weights (default: the ones it selected: best, else last)")
     p.add_argument("--license", dest="licence", help="the card's license (default: that of the release it was "
@@ -23,13 +26,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tasks.publish import check_repo_id, write_repo
+    from ..tasks.publish import check_repo_id, push, write_repo
 
     check_repo_id(args.repo_id)
-    if not args.to:
-        raise ValueError("uploading from vitlab is not built yet: write the repository's files with --to DIR, then "
-                         f"upload them with `hf upload {args.repo_id} DIR`")
-    folder = write_repo(args.run_dir, args.repo_id, args.to, args.weights, args.licence)
-    print(f"wrote {folder}: {', '.join(sorted(path.name for path in folder.iterdir()))}")
-    print(f"upload it with: hf upload {args.repo_id} {folder}")
+    if args.to:
+        folder = write_repo(args.run_dir, args.repo_id, args.to, args.weights, args.licence)
+        print(f"wrote {folder}: {', '.join(sorted(path.name for path in folder.iterdir()))}")
+        return 0
+    url = push(args.run_dir, args.repo_id, args.weights, args.licence, private=args.private, revision=args.revision,
+               message=args.message)
+    print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
+    print(f"use it: vitlab predict hf-hub:{args.repo_id} IMAGE")
     return 0

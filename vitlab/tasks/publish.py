@@ -74,6 +74,24 @@ def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, 
     return target
 
 
+def push(run_dir: str | os.PathLike, repo_id: str, weights: str | None = None, licence: str | None = None, *,
+         private: bool = False, revision: str | None = None, message: str | None = None) -> str:
+    """The run's repository files (`write_repo`) uploaded to the Hub as one commit (the repository created where it
+    is new, `private` then; `revision`: a branch, made from main where it is new). Returns the commit's URL."""
+    from huggingface_hub import HfApi
+
+    check_repo_id(repo_id)
+    api = HfApi()
+    with tempfile.TemporaryDirectory(prefix="vitlab-push-") as staging:
+        folder = write_repo(run_dir, repo_id, Path(staging) / "repo", weights, licence)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision not in (None, "main"):
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        commit = api.upload_folder(folder_path=folder, repo_id=repo_id, revision=revision,
+                                   commit_message=message or f"vitlab push of {Path(run_dir).name}")
+    return str(commit.commit_url if hasattr(commit, "commit_url") else commit)
+
+
 # ---- the card ------------------------------------------------------------------------------------------------------
 def _figures(row: dict[str, Any], prefix: str) -> dict[str, float]:
     """The row's numbers for one split (`val_`, `test_`): name -> value, bookkeeping left out."""

@@ -46,13 +46,14 @@ class Source:
     @property
     def runtime_cache(self) -> tuple[Path, str]:
         """Where graphs of this model for the runtimes are kept, and their file-name prefix (runtime/export.py)."""
-        from ..interop.hub import cache_dir, fetch
+        from ..interop.hub import HF_HUB_PREFIX, cache_dir, fetch
         from ..runtime.export import run_cache
 
-        if self.run_dir is not None:
+        if self.run_dir is not None and not self.name.startswith(HF_HUB_PREFIX):
             from ..engine.run import WEIGHT_NAMES
 
             return run_cache(self.run_dir, self.weights, None if self.weights in WEIGHT_NAMES else fetch(self.weights))
+        # a name's graphs (a pushed run's too: its snapshot in the hub cache is never written to)
         folder = cache_dir() / GRAPH_CACHE / re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name.removeprefix("hf-hub:"))
         return run_cache(folder, self.name, fetch(self.name))
 
@@ -82,10 +83,28 @@ def open_source(source: str | os.PathLike, *, task: str | None = None, weights: 
     name = os.fspath(source)
     if is_run_folder(name):
         return _open_run(name, task, weights, command)
+    pushed = _pushed_run(name)
+    if pushed is not None:  # a run `vitlab push` sent to the Hub: read as the run it is, from its snapshot
+        return dataclasses.replace(_open_run(str(pushed), task, weights, command), name=name)
     if weights is not None:
         raise ValueError(f"--weights picks the weights of a run folder; {name} is a model by name, its own weights "
                          f"(drop --weights, or give the weights as the model: vitlab ... {weights})")
     return _open_name(name, task, command)
+
+
+def _pushed_run(name: str) -> Path | None:
+    """The snapshot folder of the run pushed to the Hub (`vitlab push`) that `name` (hf-hub:org/name[@revision])
+    stands for; None for any other name."""
+    from ..interop.hub import HF_HUB_PREFIX, fetch
+
+    if not name.startswith(HF_HUB_PREFIX):
+        return None
+    folder = fetch(name)
+    try:
+        record = json.loads((folder / "config.json").read_text()) if folder.is_dir() else {}
+    except (OSError, ValueError):
+        return None
+    return folder if isinstance(record, dict) and "task" in record and "published" in record else None
 
 
 def _open_run(name: str, task: str | None, weights: str | None, command: str | None) -> Source:
