@@ -1,5 +1,6 @@
 """`vitlab export RUN_DIR --format onnx|openvino|exported-program`: a trained model for deployment, batch size free
-(and the image size, where the model allows it)."""
+(and the image size, where the model allows it). `--format timm`: the model as another library's own folder, which
+that library builds by itself (interop/exporters.py)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a trained run (or a vitlab .safetensors file) for a runtime")
     p.add_argument("source", metavar="RUN_DIR", help="run folder from `vitlab train`, a vitlab .safetensors file, or "
                    "released weights by name: a release tag (vitlab models --pretrained) or hf-hub:org/name[@rev]")
-    p.add_argument("--format", choices=["onnx", "openvino", "exported-program"], default="onnx",
+    p.add_argument("--format", choices=["onnx", "openvino", "exported-program", "timm"], default="onnx",
                    help="onnx (onnxruntime), openvino (an .xml with its .bin) or exported-program (torch.export "
-                   ".pt2) (default: onnx)")
+                   ".pt2); timm: a folder timm.create_model builds (ViT, DeiT) (default: onnx)")
     p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx, model.xml or model.pt2; a release: "
-                   "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx)")
+                   "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx); for timm a new "
+                   "folder (default: RUN_DIR/timm, NAME-timm)")
     add_weights_flag(p, None, f"for a run folder, {SELECTED_WEIGHTS}")
     p.add_argument("--task", help="a restoration run: the degradation to export, e.g. sr2 (default: every one)")
     p.add_argument("--no-optimize", action="store_true", help="ONNX: write the graph as exported (default: a "
@@ -32,11 +34,14 @@ def run(args: argparse.Namespace) -> int:
     from ..data.preprocessing import Preprocessing
     from ..interop import load_model
     from ..interop.convert import model_from_checkpoint
+    from ..interop.exporters import FOREIGN_FORMATS
     from ..interop.hub import names_remote_weights
     from ..interop.preprocessing import preprocessing_for
     from ..runtime.export import FORMATS, export_graph
     from ..runtime.graphs import graph_for
     from ..tasks.launch import load_run_model, load_task
+
+    FORMATS = {**FORMATS, **{fmt: f"-{fmt}" for fmt in FOREIGN_FORMATS}}  # a folder: NAME-timm, RUN_DIR/timm
 
     source = Path(args.source)
     if names_remote_weights(args.source):  # a release: the model it names, built to its file
@@ -57,6 +62,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise FileNotFoundError(f"no weights at {source}: give a run folder from `vitlab train`, a .safetensors, or "
                                 f"a release tag (vitlab models --pretrained)")
+    if args.format in FOREIGN_FORMATS:
+        from ..interop.exporters import export_to
+
+        if args.task:
+            raise ValueError(f"--task picks a graph of a multi-task model; a {args.format} folder holds it whole")
+        out = Path(args.out) if args.out else (source / args.format if source.is_dir() and not
+                                               names_remote_weights(args.source) else default_out)
+        folder = export_to(model, args.format, out, preprocessing.to_dict() if preprocessing is not None else None)
+        print(f"wrote {folder}: {', '.join(sorted(p.name for p in folder.iterdir()))} ({args.format})")
+        return 0
     out = Path(args.out) if args.out else default_out
     if out.suffix != FORMATS[args.format]:
         raise ValueError(f"--out {out}: a {args.format} file ends in {FORMATS[args.format]}")

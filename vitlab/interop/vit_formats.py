@@ -25,6 +25,7 @@ import torch
 
 from ..models.registry import get_config, list_models
 from .converters import CheckpointFile, Converter, State, register_converter
+from .exporters import Exporter, register_exporter
 
 # ---- Hugging Face -------------------------------------------------------------------------------------------------
 HF_BLOCK_V5 = {"attention.o_proj": "attn.proj", "layernorm_before": "norm1", "layernorm_after": "norm2",
@@ -228,3 +229,72 @@ register_converter(Converter("a Hugging Face ViT or DeiT (embeddings.patch_embed
 register_converter(Converter("a Google ViT .npz (embedding/kernel, Transformer/encoderblock_N/...)", "vit",
                              lambda state, hf_config: _npz_prefix(state) is not None, _from_npz, _npz_architecture,
                              lambda state, hf_config: "npz", DECIDES))
+
+
+# ---- written for timm: its hub folder (model.safetensors, config.json), which timm.create_model("hf-hub:...") and
+# ("local-dir:...") build. The keys are timm's already; the config says the architecture, the sizes no timm preset
+# has (model_args), the labels and the eval transform (pretrained_cfg)
+TIMM_ARCHITECTURES = {"vit": "vit_base_patch16_224", "deit": "deit_base_distilled_patch16_224"}
+
+
+def _timm_model_args(config: Any) -> dict[str, Any]:
+    """timm VisionTransformer's arguments for this config; a variant timm cannot build is refused, saying why."""
+    if config.patch_proj != "conv" or config.stem_channels:
+        raise ValueError(f"this ViT embeds its patches with a {config.patch_proj} projection"
+                         f"{' after a convolutional stem' if config.stem_channels else ''}, which timm's "
+                         f"VisionTransformer has no argument for; vitlab's own format (vitlab push) keeps it")
+    if config.pos_embed != "learn":
+        raise ValueError(f"this ViT's position embedding is {config.pos_embed!r}; timm's VisionTransformer learns "
+                         f"it: vitlab's own format (vitlab push) keeps it")
+    if config.norm_eps != 1e-6:
+        raise ValueError(f"this ViT's LayerNorms have eps {config.norm_eps}; timm's VisionTransformer uses 1e-6 and "
+                         f"takes no other from its config: vitlab's own format (vitlab push) keeps it")
+    pair = (lambda v: list(v) if isinstance(v, tuple | list) else v)  # noqa: E731 - JSON has no tuples
+    return {"img_size": pair(config.img_size), "patch_size": pair(config.patch_size), "in_chans": config.in_chans,
+            "embed_dim": config.dim, "depth": config.depth, "num_heads": config.num_heads,
+            "mlp_ratio": config.mlp_ratio, "qkv_bias": config.qkv_bias, "class_token": config.class_token,
+            "global_pool": config.global_pool, "init_values": config.init_values,
+            "dynamic_img_size": config.dynamic_img_size}
+
+
+def _timm_pretrained_cfg(config: Any, preprocessing: dict[str, Any] | None, distilled: bool) -> dict[str, Any]:
+    """timm's eval transform for the model's recorded preprocessing: the centre crop, the share of the resized image
+    it keeps (crop_pct), the interpolation, mean and std; timm's ImageNet defaults where nothing is recorded."""
+    from ..data.preprocessing import Preprocessing
+
+    size = config.img_size if isinstance(config.img_size, tuple | list) else (config.img_size, config.img_size)
+    cfg: dict[str, Any] = {"input_size": [config.in_chans, *size], "num_classes": config.num_classes,
+                           "crop_mode": "center", "fixed_input_size": not config.dynamic_img_size,
+                           "first_conv": "patch_embed.proj", "classifier": ["head", "head_dist"] if distilled
+                           else "head", "license": "unknown"}
+    if preprocessing:
+        rule = Preprocessing.from_dict(preprocessing)
+        crop = rule.input_size or tuple(size)
+        cfg |= {"interpolation": rule.interpolation, "mean": list(rule.mean), "std": list(rule.std),
+                "crop_pct": crop[0] / rule.resize if isinstance(rule.resize, int) else 1.0}
+    return cfg
+
+
+def _write_timm(model: Any, preprocessing: dict[str, Any] | None, folder: Any) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    from ..models.family import family_config
+
+    config = family_config(model)
+    family = type(config).family
+    distilled = family == "deit"
+    record = {"architecture": TIMM_ARCHITECTURES[family], "num_classes": config.num_classes,
+              "num_features": config.dim, "global_pool": config.global_pool,
+              "model_args": _timm_model_args(config),
+              "pretrained_cfg": _timm_pretrained_cfg(config, preprocessing, distilled)}
+    if config.labels:
+        record["label_names"] = list(config.labels)
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+for _family in TIMM_ARCHITECTURES:
+    register_exporter(Exporter("timm", _family, _write_timm))

@@ -1,0 +1,78 @@
+"""`vitlab export --format timm`: a run or a weights file written as timm's own hub folder, built by timm itself
+(`create_model("hf-hub:...")` through the local Hub, `"local-dir:..."`) with logits equal to vitlab's, the run's
+labels and its eval transform; what timm cannot build is refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+import vitlab
+from vitlab.cli.main import main
+from vitlab.interop import load_model
+
+timm = pytest.importorskip("timm")
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def test_a_classification_run_for_timm_is_built_by_timm_with_its_logits_labels_and_transform(trained, local_hub,
+                                                                                           tmp_path):
+    from timm.data import create_transform, resolve_data_config
+
+    from vitlab.data.preprocessing import Preprocessing
+
+    run = trained["cls"]
+    assert main(["export", str(run), "--format", "timm", "--out", str(tmp_path / "timm")]) == 0
+    local_hub.publish_folder("me/vit-timm", tmp_path / "timm")
+    theirs = timm.create_model("hf-hub:me/vit-timm", pretrained=True).eval()
+    ours = load_model(run / "best.safetensors").eval()
+    saved = json.loads((run / "config.json").read_text())
+    torch.manual_seed(0)
+    for shape in ((3, 1, 28, 28), (1, 1, 28, 28)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            torch.testing.assert_close(theirs(x), ours(x), atol=1e-5, rtol=0)
+    assert theirs.pretrained_cfg["label_names"] == saved["data"]["classes"]
+    transform = create_transform(**resolve_data_config({}, model=theirs))
+    recorded = Preprocessing.from_dict(saved["data"]["preprocessing"])
+    for image in sorted(EXAMPLES.glob("*.png"))[:3]:
+        with Image.open(image) as picture:
+            torch.testing.assert_close(transform(picture), recorded(picture), atol=1e-6, rtol=0)
+
+
+def test_a_distilled_deit_file_for_timm_is_timms_distilled_deit(tmp_path):
+    torch.manual_seed(0)
+    deit = vitlab.create_model("deit_mini_distilled_patch7_28", depth=2, labels=tuple("abcdefghij")).eval()
+    vitlab.save_weights(deit, tmp_path / "deit.safetensors")
+    assert main(["export", str(tmp_path / "deit.safetensors"), "--format", "timm", "--out",
+                 str(tmp_path / "timm")]) == 0
+    theirs = timm.create_model(f"local-dir:{tmp_path / 'timm'}", pretrained=True).eval()
+    assert type(theirs).__name__ == "VisionTransformerDistilled"
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), deit(x), atol=1e-5, rtol=0)
+    assert theirs.pretrained_cfg["label_names"] == list("abcdefghij")
+
+
+def test_what_timm_cannot_build_is_refused_and_nothing_written(tmp_path, capsys):
+    torch.manual_seed(0)
+    vitlab.save_weights(vitlab.create_model("setr_naive_small", depth=1), tmp_path / "setr.safetensors")
+    assert main(["export", str(tmp_path / "setr.safetensors"), "--format", "timm", "--out", str(tmp_path / "a")]) == 2
+    assert "a setr model has no timm form" in capsys.readouterr().err
+    stem = vitlab.create_model("vit_mini_convstem_28")  # the default recipe's convolutional stem
+    vitlab.save_weights(stem, tmp_path / "stem.safetensors")
+    assert main(["export", str(tmp_path / "stem.safetensors"), "--format", "timm", "--out", str(tmp_path / "b")]) == 2
+    assert "convolutional stem" in capsys.readouterr().err
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "mine.txt").write_text("a user's file")
+    vitlab.save_weights(vitlab.create_model("vit_tiny_patch4_28", depth=1), tmp_path / "vit.safetensors")
+    assert main(["export", str(tmp_path / "vit.safetensors"), "--format", "timm", "--out", str(taken)]) == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert [p.name for p in taken.iterdir()] == ["mine.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["setr.safetensors", "stem.safetensors", "taken",
+                                                          "vit.safetensors"]
