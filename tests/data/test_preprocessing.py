@@ -52,10 +52,13 @@ def transformers_processors():
         "detr": transformers.DetrImageProcessor(),
         "deformable_detr": transformers.DeformableDetrImageProcessor(),
         "detr_small": transformers.DetrImageProcessor(size={"shortest_edge": 96, "longest_edge": 160}),
+        # the shorter side, then a centre crop whose margins are odd for some photos: transformers floors them
+        "bit": transformers.BitImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32},
+                                              resample=3),
     }
 
 
-@pytest.mark.parametrize("name", ["vit", "deit", "detr", "deformable_detr", "detr_small"])
+@pytest.mark.parametrize("name", ["vit", "deit", "detr", "deformable_detr", "detr_small", "bit"])
 def test_a_transformers_processor_config_reads_as_the_processor_preprocesses(name, photos, tmp_path):
     """What preprocessor_config.json says, read back as a Preprocessing, gives the processor's own pixel values
     (its default backend: torchvision on uint8 tensors)."""

@@ -76,3 +76,74 @@ def test_what_timm_cannot_build_is_refused_and_nothing_written(tmp_path, capsys)
     assert [p.name for p in taken.iterdir()] == ["mine.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["setr.safetensors", "stem.safetensors", "taken",
                                                           "vit.safetensors"]
+
+
+# ---- transformers ---------------------------------------------------------------------------------------------------
+def test_a_classification_run_for_transformers_loads_with_its_logits_labels_and_processor(trained, tmp_path):
+    import transformers
+
+    from vitlab.data.preprocessing import Preprocessing
+
+    run = trained["cls"]
+    with pytest.warns(UserWarning, match="flooring an odd margin"):  # the run's crop rounds one (torchvision's)
+        assert main(["export", str(run), "--format", "transformers", "--out", str(tmp_path / "hf")]) == 0
+    theirs = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "hf").eval()
+    ours = load_model(run / "best.safetensors").eval()
+    saved = json.loads((run / "config.json").read_text())
+    for shape in ((3, 1, 28, 28), (1, 1, 28, 28)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            torch.testing.assert_close(theirs(pixel_values=x).logits, ours(x), atol=1e-5, rtol=0)
+    assert [theirs.config.id2label[i] for i in range(10)] == saved["data"]["classes"]
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    recorded = Preprocessing.from_dict(saved["data"]["preprocessing"])
+    for image in sorted(EXAMPLES.glob("*.png"))[:3]:
+        with Image.open(image) as picture:
+            torch.testing.assert_close(processor(picture, return_tensors="pt")["pixel_values"][0], recorded(picture),
+                                       atol=1e-5, rtol=0)
+
+
+def test_transformers_pipeline_on_an_exported_classifier_names_what_vitlab_predict_names(tmp_path, capsys):
+    """An RGB ViT whose file records a crop transform (shorter side 40, the centre 32, an odd margin floored as
+    transformers' processors place it), on photographs of other sizes: transformers' own pipeline gives vitlab
+    predict's top classes, with its scores."""
+    import transformers
+    from skimage import data as skimage_data
+
+    from vitlab.data.preprocessing import Preprocessing
+
+    torch.manual_seed(0)
+    names = ("cat", "rocket", "coffee", "astronaut")
+    vit = vitlab.create_model("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=4,
+                              labels=names).eval()
+    rule = Preprocessing(resize=40, crop=32, interpolation="bicubic", mean=(0.5,) * 3, std=(0.5,) * 3,
+                         crop_offset="floor")
+    vitlab.save_weights(vit, tmp_path / "vit.safetensors", {"preprocessing": json.dumps(rule.to_dict())})
+    photos = []
+    for name in ("chelsea", "rocket", "coffee"):
+        photos.append(tmp_path / f"{name}.png")
+        Image.fromarray(getattr(skimage_data, name)()).save(photos[-1])
+    assert main(["export", str(tmp_path / "vit.safetensors"), "--format", "transformers", "--out",
+                 str(tmp_path / "hf")]) == 0
+    classify = transformers.pipeline("image-classification", model=str(tmp_path / "hf"))
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "vit.safetensors"), *map(str, photos), "--json", "--top-k", "4"]) == 0
+    for ours, photo in zip(json.loads(capsys.readouterr().out), photos):
+        theirs = classify(str(photo), top_k=4)
+        assert [t["label"] for t in theirs] == [o["class"] for o in ours["top_k"]]
+        assert [t["score"] for t in theirs] == pytest.approx([o["probability"] for o in ours["top_k"]], abs=1e-4)
+
+
+def test_a_distilled_deit_for_transformers_is_its_deit_with_teacher(tmp_path):
+    import transformers
+
+    torch.manual_seed(0)
+    deit = vitlab.create_model("deit_mini_distilled_patch7_28", depth=2).eval()
+    vitlab.save_weights(deit, tmp_path / "deit.safetensors")
+    assert main(["export", str(tmp_path / "deit.safetensors"), "--format", "transformers", "--out",
+                 str(tmp_path / "hf")]) == 0
+    theirs = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "hf").eval()
+    assert type(theirs).__name__ == "DeiTForImageClassificationWithTeacher"
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(pixel_values=x).logits, deit(x), atol=1e-5, rtol=0)

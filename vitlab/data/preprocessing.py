@@ -64,6 +64,9 @@ class Preprocessing:
     # `short`, each side rounded half up: mmcv's `imrescale`, the keep-ratio Resize of the mm* repositories' tests
     rescale: tuple[int, int] | None = None
     antialias: bool = True  # False: plain bilinear taps when shrinking, as OpenCV's INTER_LINEAR (mmcv) resizes
+    # where an odd margin puts the centre crop: "round" (torchvision's CenterCrop: timm) or "floor" (transformers'
+    # image processors)
+    crop_offset: str = "round"
 
     def __post_init__(self) -> None:
         for name in ("mean", "std"):
@@ -88,6 +91,8 @@ class Preprocessing:
         object.__setattr__(self, "rescale", _pair(self.rescale, "rescale"))
         if self.rescale is not None and (self.resize is not None or self.max_size is not None):
             raise ValueError("preprocessing rescale bounds both sides itself; it takes no resize or max_size")
+        if self.crop_offset not in ("round", "floor"):
+            raise ValueError(f"preprocessing crop_offset must be round or floor, got {self.crop_offset!r}")
         if not self.antialias and self.resampler == "pil":
             raise ValueError("Pillow's resampling always filters when it shrinks: antialias=False needs "
                              "resampler='torch'")
@@ -171,7 +176,11 @@ class Preprocessing:
                 image = TF.resize(image.float(), list(size), interpolation=INTERPOLATIONS[self.interpolation],
                                   antialias=False).round_().clamp_(0, 255).to(torch.uint8)
         if self.crop is not None:
-            image = TF.center_crop(image, list(self.crop))
+            height, width = (image.height, image.width) if isinstance(image, Image.Image) else image.shape[-2:]
+            if self.crop_offset == "floor" and height >= self.crop[0] and width >= self.crop[1]:
+                image = TF.crop(image, (height - self.crop[0]) // 2, (width - self.crop[1]) // 2, *self.crop)
+            else:
+                image = TF.center_crop(image, list(self.crop))
         if isinstance(image, Image.Image):
             image = TF.pil_to_tensor(image)
         pixels = image if image.is_floating_point() else TF.to_dtype(image, torch.float32, scale=True)

@@ -95,4 +95,4 @@ def from_transformers(processor: dict[str, Any]) -> Preprocessing:
                                                                                                    (0.5,) * 3))}
     return Preprocessing(resize=resize, max_size=max_size, crop=crop,
                          interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bicubic"), **stats,
-                         resampler="torch")
+                         resampler="torch", crop_offset="floor")

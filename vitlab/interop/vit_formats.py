@@ -298,3 +298,106 @@ def _write_timm(model: Any, preprocessing: dict[str, Any] | None, folder: Any) -
 
 for _family in TIMM_ARCHITECTURES:
     register_exporter(Exporter("timm", _family, _write_timm))
+
+
+# ---- written for transformers: a save_pretrained-shaped folder (config.json, model.safetensors under transformers'
+# classic key names, which every transformers version reads, and preprocessor_config.json), which
+# AutoModelForImageClassification and pipeline("image-classification") load (an RGB model: the pipeline makes
+# every image RGB)
+HF_ARCHITECTURES = {"vit": ("vit", "ViTForImageClassification"),
+                    "deit": ("deit", "DeiTForImageClassificationWithTeacher")}
+
+
+def _huggingface_state(model: Any, config: Any, distilled: bool) -> State:
+    prefix = "deit." if distilled else "vit."
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    out = {f"{prefix}embeddings.cls_token": state["cls_token"],
+           f"{prefix}embeddings.position_embeddings": state["pos_embed"],
+           f"{prefix}layernorm.weight": state["norm.weight"], f"{prefix}layernorm.bias": state["norm.bias"]}
+    if distilled:
+        out[f"{prefix}embeddings.distillation_token"] = state["dist_token"]
+    for kind in ("weight", "bias"):
+        out[f"{prefix}embeddings.patch_embeddings.projection.{kind}"] = state[f"patch_embed.proj.{kind}"]
+        if distilled:
+            out[f"cls_classifier.{kind}"] = state[f"head.{kind}"]
+            out[f"distillation_classifier.{kind}"] = state[f"head_dist.{kind}"]
+        else:
+            out[f"classifier.{kind}"] = state[f"head.{kind}"]
+    for i in range(config.depth):
+        layer = f"{prefix}encoder.layer.{i}"
+        for hf_name, name in HF_BLOCK_V4.items():
+            for kind in ("weight", "bias"):
+                if f"blocks.{i}.{name}.{kind}" in state:
+                    out[f"{layer}.{hf_name}.{kind}"] = state[f"blocks.{i}.{name}.{kind}"]
+        for kind in ("weight", "bias"):
+            if f"blocks.{i}.attn.qkv.{kind}" in state:  # rows [q; k; v]
+                for hf_name, part in zip(HF_QKV["v4"], state[f"blocks.{i}.attn.qkv.{kind}"].chunk(3)):
+                    out[f"{layer}.{hf_name}.{kind}"] = part.contiguous()
+    return out
+
+
+def _square(value: Any, what: str) -> int:
+    if isinstance(value, tuple | list):
+        if value[0] != value[1]:
+            raise ValueError(f"this ViT's {what} is {value[0]} × {value[1]}; transformers' ViT takes a square one: "
+                             f"vitlab's own format (vitlab push) or timm's keeps it")
+        return int(value[0])
+    return int(value)
+
+
+def _write_transformers(model: Any, preprocessing: dict[str, Any] | None, folder: Any) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    from ..data.preprocessing import Preprocessing
+    from ..models.family import family_config
+
+    config = family_config(model)
+    family = type(config).family
+    distilled = family == "deit"
+    if config.patch_proj != "conv" or config.stem_channels or config.pos_embed != "learn":
+        _timm_model_args(config)  # refused, saying why: transformers' ViT embeds patches as timm's does
+    if config.global_pool != "token" or not config.class_token or config.init_values is not None:
+        raise ValueError("transformers' ViT classifies from the class token, without LayerScale; this ViT "
+                         f"(global_pool={config.global_pool!r}, class_token={config.class_token}, init_values="
+                         f"{config.init_values}) is not one: vitlab's own format (vitlab push) keeps it")
+    model_type, architecture = HF_ARCHITECTURES[family]
+    names = list(config.labels) or [str(i) for i in range(config.num_classes)]
+    patch = _square(config.patch_size, "patch")
+    record = {"architectures": [architecture], "model_type": model_type, "hidden_size": config.dim,
+              "num_hidden_layers": config.depth, "num_attention_heads": config.num_heads,
+              "intermediate_size": int(config.dim * config.mlp_ratio), "hidden_act": "gelu",
+              "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02,
+              "layer_norm_eps": config.norm_eps, "image_size": _square(config.img_size, "image size"),
+              "patch_size": patch, "num_channels": config.in_chans, "qkv_bias": config.qkv_bias,
+              "encoder_stride": patch, "id2label": {str(i): name for i, name in enumerate(names)},
+              "label2id": {name: i for i, name in enumerate(names)}}
+    save_file(_huggingface_state(model, config, distilled), str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+    if preprocessing:
+        rule = Preprocessing.from_dict(preprocessing)
+        processor: dict[str, Any] = {"image_processor_type": "ViTImageProcessor", "do_rescale": True,
+                                     "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(rule.mean),
+                                     "image_std": list(rule.std), "resample": PIL_RESAMPLE[rule.interpolation],
+                                     "do_convert_rgb": rule.channels == 3}
+        crop = rule.input_size
+        if rule.crop is not None and rule.crop_offset != "floor" and isinstance(rule.resize, int):
+            warnings.warn("transformers' processors place a centre crop by flooring an odd margin where this "
+                          "preprocessing rounds it: some images will be cropped a pixel apart", stacklevel=3)
+        if isinstance(rule.resize, int) and crop is not None:  # shorter side, then the centre: BiT's processor
+            processor |= {"image_processor_type": "BitImageProcessor", "do_resize": True,
+                          "size": {"shortest_edge": rule.resize}, "do_center_crop": True,
+                          "crop_size": {"height": crop[0], "width": crop[1]}}
+        elif isinstance(rule.resize, tuple):
+            processor |= {"do_resize": True, "size": {"height": rule.resize[0], "width": rule.resize[1]}}
+        else:
+            raise ValueError(f"transformers' image processors have no form of this preprocessing ({preprocessing}); "
+                             f"vitlab's own format (vitlab push) keeps it")
+        (folder / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+
+
+PIL_RESAMPLE = {"nearest": 0, "bilinear": 2, "bicubic": 3}  # PIL.Image.Resampling's values, as transformers saves them
+for _family in HF_ARCHITECTURES:
+    register_exporter(Exporter("transformers", _family, _write_transformers))

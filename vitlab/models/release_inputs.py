@@ -27,7 +27,8 @@ def timm_eval(size: int, crop_pct: float, stats: dict[str, Any], interpolation: 
             "resampler": "pil"}
 
 
-DETR_COCO = {"resize": 800, "max_size": 1333, "interpolation": "bilinear", **IMAGENET, "resampler": "torch"}
+DETR_COCO = {"resize": 800, "max_size": 1333, "interpolation": "bilinear", **IMAGENET, "resampler": "torch",
+             "crop_offset": "floor"}  # no crop: as transformers records it
 
 
 def mmseg_test(**size: Any) -> dict[str, Any]:
