@@ -1,4 +1,5 @@
-"""A local stand-in for the Hugging Face Hub, for tests: the part of the Hub's HTTP protocol that downloads use.
+"""A local stand-in for the Hugging Face Hub, for tests: the part of the Hub's HTTP protocol that downloads and
+uploads use.
 
 It speaks what `huggingface_hub` (2.x) asks of the Hub when it downloads, so that `hf_hub_download`,
 `snapshot_download`, `HfApi.model_info` / `list_repo_files`, and the libraries built on them (timm's `hf-hub:` names,
@@ -13,19 +14,42 @@ transformers' and diffusers' `from_pretrained`) run unchanged against 127.0.0.1:
 - errors as the Hub sends them: 404 with `X-Error-Code` RepoNotFound / RevisionNotFound / EntryNotFound, from which
   the client raises its own typed errors (and, for EntryNotFound, `X-Repo-Commit`, from which it caches the absence).
 
-Files are always served from here, never redirected to a CDN: the client follows a redirect that stays on the same
-host, and then needs the metadata headers on the final answer, so a redirect would only add a hop. No xet headers are
-ever sent, so the client downloads over plain HTTP. Model repos only (no datasets or spaces), and read-only: an
-upload (POST, PUT, ...) is answered 405.
+And what it asks when it uploads (`HfApi.create_repo`, `create_branch`, `upload_file`, `upload_folder`,
+`create_commit`), over the legacy LFS protocol, as the client does when xet is off (HF_HUB_DISABLE_XET, which the
+`local_hub` fixture sets: with xet on, the client would ask for a xet token, which is not served):
+
+- `POST /api/repos/create`: a model repo, made as the Hub makes one, with an initial commit of a `.gitattributes`
+  (LocalHub's LFS rules in git's words), so that it has a `main` at once; 409 with the repo's `url` when it exists,
+  which `exist_ok=True` accepts;
+- `POST /api/models/{org}/{name}/branch/{branch}`: a branch, from `startingPoint` or main (409 when it exists);
+- `POST /api/models/{org}/{name}/preupload/{revision}`: each file's `uploadMode`, "lfs" where LocalHub stores it in
+  LFS (`is_lfs`: the suffixes of the Hub's default .gitattributes, or 10 MiB and more), else "regular"; and the `oid`
+  of the file already there, from which the client leaves an unchanged file out of the commit;
+- `POST /{org}/{name}.git/info/lfs/objects/batch`: git-lfs's batch API, "basic" transfer: for each object the repo
+  lacks, an `upload` action (a `PUT` of the bytes to `/{org}/{name}.git/info/lfs/objects/{sha256}` here, whose
+  sha256 is checked) and a `verify` action (`POST .../objects/verify`); an object the repo has gets no actions;
+- `POST /api/models/{org}/{name}/commit/{revision}`: the client's NDJSON commit (`header` with `summary` and
+  `parentCommit`, `file` with base64 content, `lfsFile` naming an uploaded object by its sha256, `deletedFile`), made
+  through the same machinery as `publish` (a new branch starts from main); 412 when `parentCommit` is no longer the
+  branch's head, 404 EntryNotFound for a deleted file that is not there, 400 for what is not served (`deletedFolder`,
+  `copyFile`, pull requests).
+
+Any token, or none, is accepted: LocalHub has no users. Request bodies are read (by Content-Length, or chunked), so a
+kept-alive connection carries the next request. Files are always served from here, never redirected to a CDN: the
+client follows a redirect that stays on the same host, and then needs the metadata headers on the final answer, so a
+redirect would only add a hop. No xet headers are ever sent, so the client downloads over plain HTTP. Model repos
+only (no datasets or spaces); other writes (a POST to a file's URL, DELETE, ...) are answered 405.
 
 Standard library only: `http.server`'s ThreadingHTTPServer, one thread per connection.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import posixpath
+import re
 import threading
 import traceback
 from collections.abc import Iterable, Mapping
@@ -44,6 +68,9 @@ LFS_SUFFIXES = frozenset((
     ".tar", ".tflite", ".tgz", ".wasm", ".xz", ".zip", ".zst",
 ))
 LFS_THRESHOLD = 10 * 1024 * 1024
+# The .gitattributes of a repo made by create_repo, as the Hub writes one: LocalHub's suffix rule, in git's words
+GITATTRIBUTES = "".join(f"*{suffix} filter=lfs diff=lfs merge=lfs -text\n" for suffix in sorted(LFS_SUFFIXES)).encode()
+SHA256 = re.compile(r"[0-9a-f]{64}")  # an LFS object's name
 # The Hub's page sizes for the tree listing (fewer entries per page when the listing is expanded)
 TREE_PAGE, TREE_PAGE_EXPANDED = 1000, 50
 CHUNK = 64 * 1024
@@ -51,6 +78,11 @@ CHUNK = 64 * 1024
 
 def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def is_lfs(path: str, size: int) -> bool:
+    """Whether the Hub keeps a file of this name and size in LFS: what `Blob.of` stores and preupload answers."""
+    return posixpath.splitext(path)[1].lower() in LFS_SUFFIXES or size >= LFS_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -64,9 +96,10 @@ class Blob:
     pointer_size: int | None  # the LFS pointer's length
 
     @classmethod
-    def of(cls, path: str, data: bytes) -> Blob:
+    def of(cls, path: str, data: bytes, lfs: bool | None = None) -> Blob:
+        """`lfs`: None for the Hub's rule (`is_lfs`); True for a file committed as an LFS object, whatever its name."""
         sha256 = hashlib.sha256(data).hexdigest()
-        if posixpath.splitext(path)[1].lower() in LFS_SUFFIXES or len(data) >= LFS_THRESHOLD:
+        if is_lfs(path, len(data)) if lfs is None else lfs:
             pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(data)}\n".encode()
             return cls(data, sha256, True, git_blob_id(pointer), len(pointer))
         return cls(data, sha256, False, git_blob_id(data), None)
@@ -97,6 +130,10 @@ class Commit:
 class Repo:
     commits: dict[str, Commit] = field(default_factory=dict)
     branches: dict[str, str] = field(default_factory=dict)  # name -> commit sha
+    private: bool = False
+    # sha256 -> bytes: the LFS objects of its commits and those uploaded for the next ones (the LFS batch answers
+    # "already there" for these, and a commit's lfsFile names one)
+    lfs_objects: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -123,7 +160,8 @@ class Reply:
 
 
 class LocalHub:
-    """A Hugging Face Hub on 127.0.0.1 (a free port), serving the model repos that tests publish into it.
+    """A Hugging Face Hub on 127.0.0.1 (a free port), serving the model repos that tests publish into it, or that a
+    client creates and uploads to (`hub.file()` / `hub.sha()` read those back as they read a published one).
 
     `with LocalHub() as hub:` ... or `hub = LocalHub()` ... `hub.close()`. Clients reach it at `hub.url`.
     """
@@ -163,42 +201,45 @@ class LocalHub:
         or replaced and `delete` removed, as an upload to the Hub does. Returns the commit's sha; earlier commits stay
         addressable by theirs. A new branch starts from main's last commit. `sha`: the commit's id, where a test
         needs a given one (a release pinned to the real Hub's commit)."""
-        if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-            raise ValueError(f"a model repo id is 'org/name', not {repo_id!r}")
+        _check_repo_id(repo_id)
         contents = {}
         for path, value in files.items():
             if isinstance(value, Path):
                 value = value.read_bytes()
             if not isinstance(value, bytes | bytearray):  # a str could be a path or a text: say which
                 raise TypeError(f"{path}: give bytes or a pathlib.Path, not {type(value).__name__}")
-            path = path.strip("/")
-            if not path or any(part in ("", ".", "..") for part in path.split("/")):
-                raise ValueError(f"not a file path in a repo: {path!r}")
+            path = _repo_path(path)
             contents[path] = Blob.of(path, bytes(value))
         with self._lock:
             repo = self._repos.get(repo_id, Repo())  # registered once the commit is made
-            parent_sha = repo.branches.get(branch, repo.branches.get("main"))
-            parent = repo.commits[parent_sha] if parent_sha else None
-            self._commits_made += 1
-            # a commit's id only has to be unique and 40 hex digits, as the client checks; the counter makes it so
-            # even when the same files are published twice
-            digest = hashlib.sha1(f"{repo_id}\0{parent_sha}\0{branch}\0{self._commits_made}".encode())
-            for path in sorted(contents):
-                digest.update(f"\0{path}\0{contents[path].oid}".encode())
-            date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-            old = dict(parent.files) if parent else {}
-            for path in delete:
-                if old.pop(path, None) is None:
-                    raise KeyError(f"{repo_id}@{branch} has no file {path!r} to delete")
-            commit = Commit(sha or digest.hexdigest(), parent_sha, message or f"Upload {len(contents)} files", date,
-                            old)
-            for path, blob in contents.items():  # a file keeps its last commit when published again unchanged
-                same = path in old and old[path].blob == blob
-                commit.files[path] = old[path] if same else Entry(blob, commit)
-            repo.commits[commit.sha] = commit
-            repo.branches[branch] = commit.sha
-            self._repos[repo_id] = repo
-            return commit.sha
+            return self._add_commit(repo_id, repo, contents, branch, delete=delete, message=message, sha=sha).sha
+
+    def _add_commit(self, repo_id: str, repo: Repo, contents: Mapping[str, Blob], branch: str, *,
+                    delete: Iterable[str] = (), message: str | None = None, sha: str | None = None) -> Commit:
+        """The commit of `publish`, and of an upload: called with the lock held, so that an upload's checks (its
+        parent commit, the files it deletes) and its commit see the same branch head."""
+        parent_sha = repo.branches.get(branch, repo.branches.get("main"))
+        parent = repo.commits[parent_sha] if parent_sha else None
+        self._commits_made += 1
+        # a commit's id only has to be unique and 40 hex digits, as the client checks; the counter makes it so
+        # even when the same files are published twice
+        digest = hashlib.sha1(f"{repo_id}\0{parent_sha}\0{branch}\0{self._commits_made}".encode())
+        for path in sorted(contents):
+            digest.update(f"\0{path}\0{contents[path].oid}".encode())
+        date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        old = dict(parent.files) if parent else {}
+        for path in delete:
+            if old.pop(path, None) is None:
+                raise KeyError(f"{repo_id}@{branch} has no file {path!r} to delete")
+        commit = Commit(sha or digest.hexdigest(), parent_sha, message or f"Upload {len(contents)} files", date, old)
+        for path, blob in contents.items():  # a file keeps its last commit when published again unchanged
+            same = path in old and old[path].blob == blob
+            commit.files[path] = old[path] if same else Entry(blob, commit)
+        repo.lfs_objects.update((blob.sha256, blob.data) for blob in contents.values() if blob.lfs)
+        repo.commits[commit.sha] = commit
+        repo.branches[branch] = commit.sha
+        self._repos[repo_id] = repo
+        return commit
 
     def publish_folder(self, repo_id: str, folder: str | Path, branch: str = "main", *,
                        path_in_repo: str = "", message: str | None = None) -> str:
@@ -293,9 +334,9 @@ class LocalHub:
         sha = repo.branches.get(revision, revision)
         return repo.commits.get(sha)
 
-    def _route(self, method: str, raw_path: str, params: dict[str, list[str]]) -> Reply:
+    def _route(self, method: str, raw_path: str, params: dict[str, list[str]], body: bytes) -> Reply:
         if method not in ("GET", "HEAD"):
-            return _error(405, None, "LocalHub is read-only: publish with hub.publish()")
+            return self._write(method, raw_path, params, body)
         with self._lock:
             served = self._urls.get(unquote(raw_path))
         if served is not None:
@@ -351,7 +392,8 @@ class LocalHub:
 
     def _model_info(self, repo_id: str, commit: Commit, blobs: bool) -> dict[str, Any]:
         with self._lock:
-            first = min(self._repos[repo_id].commits.values(), key=lambda c: c.date).date
+            repo = self._repos[repo_id]
+            first = min(repo.commits.values(), key=lambda c: c.date).date
         siblings = []
         for path, entry in sorted(commit.files.items()):
             sibling: dict[str, Any] = {"rfilename": path}
@@ -361,9 +403,9 @@ class LocalHub:
                     sibling["lfs"] = {"size": len(entry.blob.data), "sha256": entry.blob.sha256,
                                       "pointerSize": entry.blob.pointer_size}
             siblings.append(sibling)
-        return {"_id": hashlib.md5(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
+        return {"_id": _object_id(repo_id), "id": repo_id, "modelId": repo_id,
                 "author": repo_id.split("/")[0], "sha": commit.sha, "lastModified": commit.date, "createdAt": first,
-                "private": False, "disabled": False, "gated": False, "downloads": 0, "likes": 0, "tags": [],
+                "private": repo.private, "disabled": False, "gated": False, "downloads": 0, "likes": 0, "tags": [],
                 "siblings": siblings, "usedStorage": sum(len(e.blob.data) for e in commit.files.values())}
 
     def _tree(self, commit: Commit, path: str, params: dict[str, list[str]], raw_path: str) -> Reply:
@@ -405,15 +447,199 @@ class LocalHub:
             reply.headers["Link"] = f'<{self.url}{raw_path}?{urlencode(query)}>; rel="next"'
         return reply
 
+    # ---- uploads -----------------------------------------------------------------------------------------------
+
+    def _write(self, method: str, raw_path: str, params: dict[str, list[str]], body: bytes) -> Reply:
+        """The requests of an upload, in the order the client makes them: create the repo, ask each file's upload
+        mode, upload the LFS files (batch, PUT, verify), commit."""
+        segments = raw_path.split("/")[1:]
+        if method == "POST" and segments == ["api", "repos", "create"]:
+            return self._create_repo(body)
+        if method == "POST" and segments[:2] == ["api", "models"] and len(segments) >= 6 and segments[5]:
+            repo_id = f"{unquote(segments[2])}/{unquote(segments[3])}"
+            revision = unquote("/".join(segments[5:]))  # the client quotes a branch's '/' as %2F
+            if segments[4] == "preupload":
+                return self._preupload(repo_id, revision, params, body)
+            if segments[4] == "commit":
+                return self._upload_commit(repo_id, revision, params, body)
+            if segments[4] == "branch":
+                return self._create_branch(repo_id, revision, body)
+        if len(segments) == 6 and unquote(segments[1]).endswith(".git") and segments[2:5] == ["info", "lfs", "objects"]:
+            repo_id, target = f"{unquote(segments[0])}/{unquote(segments[1])[:-len('.git')]}", segments[5]
+            if method == "POST" and target == "batch":
+                return self._lfs_batch(repo_id, body)
+            if method == "POST" and target == "verify":
+                return self._lfs_verify(repo_id, body)
+            if method == "PUT" and SHA256.fullmatch(target):
+                return self._lfs_put(repo_id, target, body)
+        return _error(405, None, f"LocalHub takes no {method} at {raw_path}: uploads go through create_repo, "
+                                 "preupload, the LFS batch API and commit")
+
+    def _repo(self, repo_id: str) -> Repo:
+        """The repo an upload goes to (called with the lock held): 404 RepoNotFound, from which the client raises
+        RepositoryNotFoundError, where there is none (an upload does not create one, as on the Hub)."""
+        repo = self._repos.get(repo_id)
+        if repo is None:
+            raise _Refused(_error(404, "RepoNotFound", "Repository not found"))
+        return repo
+
+    def _create_repo(self, body: bytes) -> Reply:
+        payload = _json_body(body)
+        name, organization, repo_type = payload.get("name"), payload.get("organization"), payload.get("type")
+        if repo_type not in (None, "model"):
+            raise _bad(f"LocalHub serves model repos only, not {repo_type!r} ones")
+        if not isinstance(name, str) or not isinstance(organization, str | None):
+            raise _bad("a repo is created from a 'name' and an 'organization'")
+        if not organization and "/" not in name:  # the Hub would use the token's user, and LocalHub has no users
+            raise _bad(f"LocalHub has no user to create {name!r} for: give the repo id as 'org/name'")
+        repo_id = f"{organization}/{name}" if organization else name
+        try:
+            _check_repo_id(repo_id)
+        except ValueError as error:
+            raise _bad(str(error)) from None
+        url = f"{self.url}/{repo_id}"
+        private = payload.get("visibility", "private" if payload.get("private") else "public") == "private"
+        with self._lock:
+            if repo_id in self._repos:  # exist_ok=True takes this 409, and reads the url from it
+                return _error(409, None, "You already created this model repo", extra={"url": url})
+            # the Hub's first commit: a .gitattributes, so that main exists (model_info has a sha) before any upload
+            gitattributes = {".gitattributes": Blob.of(".gitattributes", GITATTRIBUTES)}
+            self._add_commit(repo_id, Repo(private=private), gitattributes, "main", message="initial commit")
+        return _json({"url": url, "name": repo_id, "id": _object_id(repo_id)})
+
+    def _create_branch(self, repo_id: str, branch: str, body: bytes) -> Reply:
+        start = (_json_body(body) if body else {}).get("startingPoint") or "main"
+        if not isinstance(start, str):
+            raise _bad("a branch's 'startingPoint' is a revision")
+        with self._lock:
+            repo = self._repo(repo_id)
+            if branch in repo.branches:  # exist_ok=True takes this 409
+                return _error(409, None, f"Reference already exists: refs/heads/{branch}")
+            if not branch or branch in repo.commits:
+                raise _bad(f"not a branch name: {branch!r}")
+            commit = self._resolve(repo, start)
+            if commit is None:
+                return _error(404, "RevisionNotFound", f"Invalid rev id: {start}")
+            repo.branches[branch] = commit.sha
+        return _json({})
+
+    def _base(self, repo: Repo, revision: str) -> Commit | None:
+        """The commit an upload to `revision` starts from: its head, or main's for a new branch, as in `publish`."""
+        return self._resolve(repo, revision) or self._resolve(repo, "main")
+
+    def _preupload(self, repo_id: str, revision: str, params: dict[str, list[str]], body: bytes) -> Reply:
+        _no_pull_request(params)
+        files = _json_body(body).get("files")
+        if not isinstance(files, list) or not all(
+                isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("size"), int)
+                for f in files):
+            raise _bad("preupload takes {'files': [{'path', 'size', 'sample'}, ...]}")
+        with self._lock:
+            base = self._base(self._repo(repo_id), revision)
+        answer = []
+        for file in files:
+            path = _checked_path(file["path"])
+            mode = "lfs" if is_lfs(path, file["size"]) else "regular"
+            item: dict[str, Any] = {"path": file["path"], "uploadMode": mode, "shouldIgnore": False}
+            entry = base.files.get(path) if base else None
+            if entry is not None:  # what the client compares with its file's sha256 (LFS) or git blob id (regular)
+                item["oid"] = entry.blob.sha256 if entry.blob.lfs else entry.blob.oid
+            answer.append(item)
+        return _json({"files": answer, "commitOid": base.sha if base else None})
+
+    def _lfs_batch(self, repo_id: str, body: bytes) -> Reply:
+        """git-lfs's batch API (docs/api/batch.md in git-lfs), for uploads: where to PUT each object and where to
+        verify it, both here (the Hub answers an S3 URL, which the client PUTs to as it is)."""
+        payload = _json_body(body)
+        if payload.get("operation") != "upload":
+            raise _bad("LocalHub's LFS batch API answers uploads only: downloads go through resolve")
+        transfers, algorithm = payload.get("transfers", ["basic"]), payload.get("hash_algo", "sha256")
+        if not isinstance(transfers, list) or "basic" not in transfers or algorithm != "sha256":
+            raise _bad("LocalHub's LFS batch API offers the 'basic' transfer of sha256-named objects only")
+        objects = payload.get("objects")
+        if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
+            raise _bad("an LFS batch request lists its 'objects'")
+        with self._lock:
+            present = set(self._repo(repo_id).lfs_objects)
+        href = f"{self.url}/{quote(repo_id)}.git/info/lfs/objects"
+        answer = []
+        for obj in objects:
+            oid, size = obj.get("oid"), obj.get("size")
+            if not (isinstance(oid, str) and SHA256.fullmatch(oid) and isinstance(size, int) and size >= 0):
+                answer.append({"oid": str(oid), "size": size if isinstance(size, int) else 0,
+                               "error": {"code": 422, "message": "an object is named by its sha256 and has a size"}})
+            elif oid in present:  # no actions: the client skips the upload
+                answer.append({"oid": oid, "size": size})
+            else:
+                answer.append({"oid": oid, "size": size, "authenticated": True,
+                               "actions": {"upload": {"href": f"{href}/{oid}", "expires_in": 3600},
+                                           "verify": {"href": f"{href}/verify", "expires_in": 3600}}})
+        reply = _json({"transfer": "basic", "objects": answer, "hash_algo": "sha256"})
+        reply.headers["Content-Type"] = "application/vnd.git-lfs+json"
+        return reply
+
+    def _lfs_put(self, repo_id: str, oid: str, body: bytes) -> Reply:
+        if hashlib.sha256(body).hexdigest() != oid:
+            raise _bad(f"the bytes PUT for LFS object {oid} have sha256 {hashlib.sha256(body).hexdigest()}")
+        with self._lock:
+            self._repo(repo_id).lfs_objects[oid] = body
+        return Reply(200, {"ETag": f'"{hashlib.md5(body).hexdigest()}"'})  # what S3 answers
+
+    def _lfs_verify(self, repo_id: str, body: bytes) -> Reply:
+        payload = _json_body(body)
+        oid, size = payload.get("oid"), payload.get("size")
+        with self._lock:
+            data = self._repo(repo_id).lfs_objects.get(oid) if isinstance(oid, str) else None
+        if data is None:
+            return _error(404, None, f"LFS object {oid} was not uploaded")
+        if size != len(data):
+            raise _bad(f"LFS object {oid} has {len(data)} bytes, not {size}")
+        return _json({})
+
+    def _upload_commit(self, repo_id: str, branch: str, params: dict[str, list[str]], body: bytes) -> Reply:
+        _no_pull_request(params)
+        header, added, deleted = _commit_operations(body)
+        with self._lock:
+            repo = self._repo(repo_id)
+            if branch not in repo.branches and branch in repo.commits:
+                raise _bad(f"a commit goes to a branch, not onto commit {branch}")
+            base = self._base(repo, branch)
+            parent = header.get("parentCommit")
+            if parent is not None and not (isinstance(parent, str) and len(parent) >= 7 and base is not None
+                                           and base.sha.startswith(parent)):  # a full sha or its first 7+ digits
+                return _error(412, None, "A commit has happened since. Please refresh and try again.")
+            files = base.files if base else {}
+            for path in deleted:
+                if path not in files:  # the message the client looks for to add its own advice
+                    return _error(404, "EntryNotFound", f"A file with this name doesn't exist: {path}")
+            contents = {}
+            for path, value in added.items():
+                if isinstance(value, bytes):
+                    contents[path] = Blob.of(path, value)
+                    continue
+                oid, size = value
+                data = repo.lfs_objects.get(oid)
+                if data is None:
+                    raise _bad(f"{path}: LFS object {oid} was never uploaded (the LFS batch API comes first)")
+                if size is not None and size != len(data):
+                    raise _bad(f"{path}: LFS object {oid} has {len(data)} bytes, not {size}")
+                contents[path] = Blob.of(path, data, lfs=True)
+            commit = self._add_commit(repo_id, repo, contents, branch, delete=deleted, message=header["summary"])
+        url = f"{self.url}/{repo_id}/commit/{commit.sha}"
+        return _json({"success": True, "commitOid": commit.sha, "commitUrl": url, "hookOutput": "",
+                      "pullRequestUrl": None})
+
+    # ---- the connection ----------------------------------------------------------------------------------------
+
     def _handle(self, handler: _Handler, method: str) -> None:
         raw_path, _, query = handler.path.partition("?")
         record = Logged(method, raw_path, query, {k.lower(): v for k, v in handler.headers.items()})
-        if method not in ("GET", "HEAD"):
-            handler.close_connection = True  # its body is never read: the connection cannot carry another request
         with self._lock:
             self._log.append(record)
         try:
-            reply = self._route(method, raw_path, parse_qs(query))
+            reply = self._route(method, raw_path, parse_qs(query), _read_body(handler))
+        except _Refused as refused:  # a request LocalHub does not take, answered as the Hub would
+            reply = refused.reply
         except Exception:  # noqa: BLE001 -- a bug here: answer 500 and keep the traceback for the test to fail on
             self.errors.append(traceback.format_exc())
             reply = _error(500, None, "LocalHub failed; see hub.errors")
@@ -447,6 +673,122 @@ class LocalHub:
             handler.close_connection = True  # closing before Content-Length bytes: the client sees a broken body
 
 
+class _Refused(Exception):
+    """An answer other than the usual one, raised from deep in an upload's checks."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.headers.get("X-Error-Message", reply.status))
+        self.reply = reply
+
+
+def _bad(message: str) -> _Refused:
+    """A 400, from which the client raises BadRequestError with `message`."""
+    return _Refused(_error(400, None, message))
+
+
+def _check_repo_id(repo_id: str) -> None:
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"a model repo id is 'org/name', not {repo_id!r}")
+
+
+def _repo_path(path: str) -> str:
+    """A file's path in a repo, without the slashes around it; ValueError for what cannot be one ('', '..', ...)."""
+    path = path.strip("/")
+    if not path or any(part in ("", ".", "..") for part in path.split("/")):
+        raise ValueError(f"not a file path in a repo: {path!r}")
+    return path
+
+
+def _checked_path(path: Any) -> str:
+    """`_repo_path` of a path an upload sent: 400 for one that cannot be."""
+    try:
+        return _repo_path(path) if isinstance(path, str) else _repo_path("")
+    except ValueError as error:
+        raise _bad(str(error)) from None
+
+
+def _no_pull_request(params: dict[str, list[str]]) -> None:
+    if _flag(params, "create_pr"):
+        raise _bad("LocalHub opens no pull requests (create_pr): commit to a branch")
+
+
+def _object_id(repo_id: str) -> str:
+    """The Hub's database id of a repo (24 hex digits), made up from its name."""
+    return hashlib.md5(repo_id.encode()).hexdigest()[:24]
+
+
+def _read_body(handler: _Handler) -> bytes:
+    """The request's body, read whole (by Content-Length, or chunked), so that the kept-alive connection carries the
+    next request: a body left unread would be taken for it. A body that cannot be read is answered 400, and the
+    connection closed, since where the next request would start is unknown."""
+    try:
+        if "chunked" in handler.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while size := int(handler.rfile.readline(1024).split(b";")[0].strip(), 16):
+                chunks.append(handler.rfile.read(size))
+                if len(chunks[-1]) < size or handler.rfile.readline(1024).strip():
+                    raise ValueError("a chunk cut short")
+            while handler.rfile.readline(1024).strip():  # trailers, up to the empty line
+                pass
+            return b"".join(chunks)
+        length = int(handler.headers.get("Content-Length") or 0)
+        if length < 0:
+            raise ValueError(f"Content-Length {length}")
+        body = handler.rfile.read(length) if length else b""
+        if len(body) < length:
+            raise ValueError(f"{len(body)} of Content-Length {length} bytes before the connection closed")
+        return body
+    except (ValueError, OSError) as error:
+        handler.close_connection = True
+        raise _bad(f"LocalHub could not read the request's body: {error}") from None
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body)
+    except ValueError as error:
+        raise _bad(f"the request's body is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise _bad("the request's body is not a JSON object")
+    return value
+
+
+def _commit_operations(body: bytes) -> tuple[dict[str, Any], dict[str, bytes | tuple[str, int | None]], list[str]]:
+    """The client's NDJSON commit: its header (`summary`, `description`, `parentCommit`), the files it adds (a regular
+    file's bytes, or an LFS file's (sha256, size)) and the files it deletes."""
+    try:
+        items = [json.loads(line) for line in body.splitlines() if line.strip()]
+    except ValueError as error:
+        raise _bad(f"a commit is NDJSON, one operation a line: {error}") from None
+    if not items or not all(isinstance(item, dict) and isinstance(item.get("value"), dict) for item in items):
+        raise _bad("a commit's lines are {'key': ..., 'value': {...}}")
+    if items[0].get("key") != "header" or not isinstance(items[0]["value"].get("summary"), str):
+        raise _bad("a commit's first line is its header, with a 'summary'")
+    added: dict[str, bytes | tuple[str, int | None]] = {}
+    deleted: list[str] = []
+    for item in items[1:]:
+        key, value = item["key"], item["value"]
+        if key not in ("file", "lfsFile", "deletedFile"):
+            raise _bad(f"LocalHub does not take {key!r} operations in a commit (only file, lfsFile, deletedFile)")
+        path = _checked_path(value.get("path"))
+        if key == "deletedFile":
+            deleted.append(path)
+        elif key == "file":
+            content, encoding = value.get("content"), value.get("encoding", "base64")
+            if not isinstance(content, str) or encoding not in ("base64", "utf-8"):
+                raise _bad(f"{path}: a file's 'content' is a string, in base64 or utf-8")
+            try:
+                added[path] = base64.b64decode(content, validate=True) if encoding == "base64" else content.encode()
+            except ValueError as error:
+                raise _bad(f"{path}: not base64: {error}") from None
+        else:
+            oid, size = value.get("oid"), value.get("size")
+            if value.get("algo", "sha256") != "sha256" or not (isinstance(oid, str) and SHA256.fullmatch(oid)):
+                raise _bad(f"{path}: an lfsFile names its object by its sha256 ('oid')")
+            added[path] = (oid, size if isinstance(size, int) else None)
+    return items[0]["value"], added, list(dict.fromkeys(deleted))  # a file deleted twice is deleted once
+
+
 def _flag(params: dict[str, list[str]], name: str) -> bool:
     return params.get(name, ["false"])[0].lower() in ("1", "true")
 
@@ -459,11 +801,13 @@ def _json(value: Any) -> Reply:
     return Reply(200, {"Content-Type": "application/json; charset=utf-8"}, json.dumps(value).encode())
 
 
-def _error(status: int, code: str | None, message: str, headers: dict[str, str] | None = None) -> Reply:
+def _error(status: int, code: str | None, message: str, headers: dict[str, str] | None = None, *,
+           extra: dict[str, Any] | None = None) -> Reply:
+    """`extra`: more of the JSON body than the error (the 409 of create_repo has the repo's url)."""
     headers = {"Content-Type": "application/json; charset=utf-8", "X-Error-Message": message, **(headers or {})}
     if code:
         headers["X-Error-Code"] = code
-    return Reply(status, headers, json.dumps({"error": message}).encode())
+    return Reply(status, headers, json.dumps({"error": message, **(extra or {})}).encode())
 
 
 def _file_reply(data: bytes, headers: dict[str, str], names: tuple[str, ...]) -> Reply:

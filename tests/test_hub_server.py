@@ -1,9 +1,12 @@
 """The local Hub speaks the protocol the real clients use: huggingface_hub's downloads, listings and errors, timm's
 `hf-hub:` names and transformers' / diffusers' `from_pretrained` run against it unchanged, from an empty cache of the
-test's own, and never reach huggingface.co."""
+test's own, and never reach huggingface.co; and huggingface_hub's uploads (create_repo, upload_folder, upload_file,
+create_commit, over the LFS protocol) make commits that those downloads then read."""
 
 import hashlib
 import http.client
+import io
+import json
 import os
 import sys
 import types
@@ -17,7 +20,9 @@ import pytest
 import torch
 from huggingface_hub import constants, hf_api
 from huggingface_hub.errors import (
+    BadRequestError,
     EntryNotFoundError,
+    HfHubHTTPError,
     LocalEntryNotFoundError,
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
@@ -195,7 +200,7 @@ def test_headers_and_ranges_as_the_hub_sends_them(local_hub):
     assert fetch("config.json", "HEAD")[1]["X-Error-Code"] == "RepoNotFound"
     url = f"{local_hub.url}/{REPO}/resolve/v2/"
     assert fetch("config.json", "HEAD")[1]["X-Error-Code"] == "RevisionNotFound"
-    assert fetch("config.json", "POST")[0] == 405  # read-only
+    assert fetch("config.json", "POST")[0] == 405  # uploads go through the API, not to a file's URL
 
 
 def test_a_plain_url_is_served_and_can_be_cut(local_hub, tmp_path):
@@ -300,3 +305,209 @@ def test_everything_pointed_is_put_back_afterwards(tmp_path):
     finally:
         del sys.modules["vitlab_test_copied_before"]
         sys.modules.pop("vitlab_test_copied_during", None)
+
+
+# ---- uploads: the real client's create_repo / upload_folder / upload_file / create_commit ---------------------------
+NEW = "vitlab-test/pushed"
+TOKEN = "vitlab-test-token"  # any token, or none, is accepted: sent to see that it reaches the server
+# huggingface_hub's lfs.py PUTs a file object as `data=`, which its HTTP client (httpx2) deprecates
+lfs_put_warning = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
+
+
+def upload_api() -> hh.HfApi:
+    """The client as a library that uploads makes it: the fixture points its endpoint at the local hub (the
+    environment and huggingface_hub.constants) and turns xet off, so that it uploads over the LFS protocol."""
+    api = hh.HfApi(token=TOKEN)
+    assert api.endpoint == constants.ENDPOINT and constants.HF_HUB_DISABLE_XET
+    return api
+
+
+def files_of(folder: str | Path) -> dict[str, bytes]:
+    folder = Path(folder)
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_create_repo_makes_an_initial_commit_and_exist_ok_takes_an_existing_repo(local_hub):
+    api = upload_api()
+    url = api.create_repo(NEW)
+    assert (url, url.repo_id, url.repo_type) == (f"{local_hub.url}/{NEW}", NEW, "model")
+    # as on the Hub: a first commit of a .gitattributes, so that main has a sha before any upload
+    info = api.model_info(NEW)
+    assert len(info.sha) == 40 and info.sha == local_hub.sha(NEW) and not info.private
+    assert api.list_repo_files(NEW) == [".gitattributes"]
+    assert b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n" in local_hub.file(NEW, ".gitattributes")
+
+    with pytest.raises(HfHubHTTPError) as error:
+        api.create_repo(NEW)
+    assert error.value.response.status_code == 409
+    assert api.create_repo(NEW, exist_ok=True) == url
+    assert api.model_info(NEW).sha == info.sha  # nothing committed
+    assert api.create_repo("vitlab-test/secret", private=True).repo_id == "vitlab-test/secret"
+    assert api.model_info("vitlab-test/secret").private
+    with pytest.raises(BadRequestError, match="model repos only"):
+        api.create_repo("vitlab-test/data", repo_type="dataset")
+    create = [r for r in local_hub.log if r.path == "/api/repos/create"]
+    assert len(create) == 5 and create[0].headers["authorization"] == f"Bearer {TOKEN}"
+
+
+@lfs_put_warning
+def test_upload_folder_twice_makes_two_commits_and_each_commit_downloads_its_files(local_hub, tmp_path):
+    api = upload_api()
+    folder = tmp_path / "repo"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "config.json").write_bytes(CONFIG)
+    (folder / "sub" / "notes.txt").write_text("first\n")
+    (folder / "model.safetensors").write_bytes(weights(4000, 1))  # a few KB: LFS by its suffix
+    api.create_repo(NEW, exist_ok=True)
+    local_hub.clear_log()
+    first = api.upload_folder(folder_path=folder, repo_id=NEW, commit_message="first")
+    sha256 = hashlib.sha256(weights(4000, 1)).hexdigest()
+    # the order of an upload: upload modes, the LFS file alone through the batch API (PUT, verify), then the commit
+    assert local_hub.requests == [("POST", f"/api/models/{NEW}/preupload/main"),
+                                  ("POST", f"/{NEW}.git/info/lfs/objects/batch"),
+                                  ("PUT", f"/{NEW}.git/info/lfs/objects/{sha256}"),
+                                  ("POST", f"/{NEW}.git/info/lfs/objects/verify"),
+                                  ("POST", f"/api/models/{NEW}/commit/main")]
+    assert all(r.status == 200 for r in local_hub.log)
+    assert first.oid == local_hub.sha(NEW) and first.commit_url == f"{local_hub.url}/{NEW}/commit/{first.oid}"
+    assert first.repo_url.repo_id == NEW
+    lfs = {s.rfilename: s.lfs for s in api.model_info(NEW, files_metadata=True).siblings}
+    assert lfs["model.safetensors"].sha256 == sha256 and lfs["config.json"] is None
+
+    (folder / "sub" / "notes.txt").write_text("second\n")
+    (folder / "model.safetensors").write_bytes(weights(4000, 2))
+    (folder / "extra.bin").write_bytes(weights(100, 3))
+    second = api.upload_folder(folder_path=folder, repo_id=NEW, revision="main", commit_message="second")
+    assert second.oid != first.oid and second.oid == local_hub.sha(NEW)
+    # each file's last commit: config.json, unchanged, is still the first's
+    last = {f.path: f.last_commit.title for f in api.list_repo_tree(NEW, recursive=True, expand=True)
+            if isinstance(f, hf_api.RepoFile)}
+    assert last == {".gitattributes": "initial commit", "config.json": "first", "sub/notes.txt": "second",
+                    "model.safetensors": "second", "extra.bin": "second"}
+
+    old = Path(hh.snapshot_download(NEW, revision=first.oid))
+    assert old.name == first.oid
+    assert files_of(old) == {".gitattributes": local_hub.file(NEW, ".gitattributes"), "config.json": CONFIG,
+                             "sub/notes.txt": b"first\n", "model.safetensors": weights(4000, 1)}
+    new = files_of(hh.snapshot_download(NEW, revision=second.oid))
+    assert new == {".gitattributes": local_hub.file(NEW, ".gitattributes")} | files_of(folder)
+    assert Path(hh.hf_hub_download(NEW, "model.safetensors")).read_bytes() == weights(4000, 2)
+    path = Path(hh.hf_hub_download(NEW, "model.safetensors", revision=first.oid))
+    assert path.read_bytes() == weights(4000, 1) and path.resolve().name == sha256  # served as LFS
+
+    # the same folder again: every file unchanged (preupload's oids), so the client commits nothing and answers
+    # main's commit; the LFS objects the repo has are not uploaded again (the batch answers them without actions)
+    local_hub.clear_log()
+    assert api.upload_folder(folder_path=folder, repo_id=NEW, commit_message="third").oid == second.oid
+    assert local_hub.requests == [("POST", f"/api/models/{NEW}/preupload/main"),
+                                  ("POST", f"/{NEW}.git/info/lfs/objects/batch"),
+                                  ("GET", f"/api/models/{NEW}/revision/main")]
+
+
+@lfs_put_warning
+def test_upload_file_to_main_and_to_a_new_branch(local_hub):
+    api = upload_api()
+    base = local_hub.publish(NEW, {"config.json": CONFIG})  # a repo published by a test takes uploads too
+    # the module-level function (the HfApi made at import, which the fixture points here), with no token
+    commit = hh.upload_file(path_or_fileobj=b"# pushed\n", path_in_repo="docs/README.md", repo_id=NEW)
+    assert local_hub.file(NEW, "docs/README.md") == b"# pushed\n" and local_hub.file(NEW, "config.json") == CONFIG
+    assert commit.oid == local_hub.sha(NEW) != base
+    assert "authorization" not in local_hub.log[-1].headers
+    # an LFS file, from a file object (which the client PUTs as it is)
+    with io.BytesIO(weights(3000, 1)) as data:
+        api.upload_file(path_or_fileobj=data, path_in_repo="model.safetensors", repo_id=NEW)
+    assert local_hub.file(NEW, "model.safetensors") == weights(3000, 1)
+
+    # a branch made by create_branch, and one made by the commit itself (from main, as publish() does)
+    api.create_branch(NEW, branch="dev")
+    api.create_branch(NEW, branch="dev", exist_ok=True)
+    api.upload_file(path_or_fileobj=weights(3000, 2), path_in_repo="model.safetensors", repo_id=NEW, revision="dev")
+    pr = api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id=NEW, revision="refs/pr/1")
+    assert local_hub.file(NEW, "model.safetensors", "dev") == weights(3000, 2)
+    assert local_hub.file(NEW, "model.safetensors", "main") == weights(3000, 1)
+    assert local_hub.sha(NEW, "refs/pr/1") == pr.oid and local_hub.file(NEW, "config.json", "refs/pr/1") == b"{}"
+    assert ("POST", f"/api/models/{NEW}/commit/refs%2Fpr%2F1") in local_hub.requests
+    assert Path(hh.hf_hub_download(NEW, "config.json", revision="refs/pr/1")).read_bytes() == b"{}"
+
+
+def test_create_commit_deletes_checks_its_parent_and_refuses_what_is_not_served(local_hub):
+    api = upload_api()
+    api.create_repo(NEW)
+    first = api.create_commit(NEW, [hh.CommitOperationAdd("a.txt", b"a"), hh.CommitOperationAdd("b.txt", b"b")],
+                              commit_message="two files")
+    second = api.create_commit(NEW, [hh.CommitOperationDelete("a.txt")], commit_message="one deleted",
+                               parent_commit=first.oid[:7])  # a shorthand, as the client allows
+    assert sorted(api.list_repo_files(NEW)) == [".gitattributes", "b.txt"]
+    assert sorted(api.list_repo_files(NEW, revision=first.oid)) == [".gitattributes", "a.txt", "b.txt"]
+    with pytest.raises(HfHubHTTPError, match="A commit has happened since") as error:  # main moved on
+        api.create_commit(NEW, [hh.CommitOperationAdd("c.txt", b"c")], commit_message="late", parent_commit=first.oid)
+    assert error.value.response.status_code == 412
+    with pytest.raises(RemoteEntryNotFoundError, match="A file with this name doesn't exist"):
+        api.create_commit(NEW, [hh.CommitOperationDelete("a.txt")], commit_message="gone already")
+    with pytest.raises(BadRequestError, match="deletedFolder"):
+        api.create_commit(NEW, [hh.CommitOperationDelete("docs/")], commit_message="a folder")
+    with pytest.raises(BadRequestError, match="pull requests"):
+        api.upload_file(path_or_fileobj=b"c", path_in_repo="c.txt", repo_id=NEW, create_pr=True)
+    assert local_hub.sha(NEW) == second.oid  # none of those committed
+
+
+def test_an_upload_to_a_missing_repo_raises_repository_not_found(local_hub, tmp_path):
+    api = upload_api()
+    (tmp_path / "config.json").write_bytes(CONFIG)
+    with pytest.raises(RepositoryNotFoundError):
+        api.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id="vitlab-test/nothing-here")
+    with pytest.raises(RepositoryNotFoundError):
+        api.upload_folder(folder_path=tmp_path, repo_id="vitlab-test/nothing-here")
+    # the first request of an upload, as on the Hub: an upload does not create the repo
+    assert {path for _, path in local_hub.requests} == {"/api/models/vitlab-test/nothing-here/preupload/main"}
+    with pytest.raises(RepositoryNotFoundError):
+        api.model_info("vitlab-test/nothing-here")
+
+
+def test_request_bodies_are_read_by_length_or_chunked_and_lfs_objects_are_checked(local_hub):
+    data = weights(1000, 1)
+    sha256 = hashlib.sha256(data).hexdigest()
+    local_hub.publish(REPO, {"model.safetensors": data})
+    connection = http.client.HTTPConnection(local_hub.url.removeprefix("http://"))
+
+    def ask(method: str, path: str, body: bytes | None = None, **headers: str) -> tuple[int, bytes]:
+        connection.request(method, path, body, headers)
+        with connection.getresponse() as response:
+            return response.status, response.read()
+
+    def batch(*oids: str) -> list[dict]:
+        body = {"operation": "upload", "transfers": ["basic"], "objects": [{"oid": o, "size": 1000} for o in oids]}
+        status, answer = ask("POST", f"/{REPO}.git/info/lfs/objects/batch", json.dumps(body).encode())
+        assert status == 200
+        return json.loads(answer)["objects"]
+
+    # an object the repo has (a published LFS file) gets no actions; another, where to PUT it and verify it
+    new = weights(1000, 2)
+    new_sha256 = hashlib.sha256(new).hexdigest()
+    have, lack = batch(sha256, new_sha256)
+    socket = connection.sock  # every request below goes on this one connection: no body is left unread
+    assert have == {"oid": sha256, "size": 1000}
+    href = f"{local_hub.url}/{REPO}.git/info/lfs/objects"
+    assert lack["actions"]["upload"]["href"] == f"{href}/{new_sha256}"
+    assert lack["actions"]["verify"]["href"] == f"{href}/verify"
+    verify = json.dumps({"oid": new_sha256, "size": 1000}).encode()
+    assert ask("POST", f"/{REPO}.git/info/lfs/objects/verify", verify)[0] == 404  # not uploaded yet
+    assert ask("PUT", f"/{REPO}.git/info/lfs/objects/{new_sha256}", data)[0] == 400  # bytes of another sha256
+    # chunked (huggingface_hub sends a Content-Length, as above; chunked is HTTP/1.1's other way to send a body)
+    connection.putrequest("PUT", f"/{REPO}.git/info/lfs/objects/{new_sha256}")
+    connection.putheader("Transfer-Encoding", "chunked")
+    connection.endheaders()
+    for offset in range(0, len(new), 300):
+        part = new[offset:offset + 300]
+        connection.send(b"%x\r\n%s\r\n" % (len(part), part))
+    connection.send(b"0\r\n\r\n")
+    with connection.getresponse() as response:
+        assert response.status == 200 and response.read() == b""
+    assert ask("POST", f"/{REPO}.git/info/lfs/objects/verify", verify)[0] == 200
+    assert batch(new_sha256) == [{"oid": new_sha256, "size": 1000}]
+    assert ask("GET", f"/{REPO}/resolve/main/model.safetensors")[1] == data
+    assert ask("POST", f"/{REPO}/resolve/main/model.safetensors", b"x" * 10)[0] == 405  # uploads go to the API
+    assert ask("POST", "/api/repos/create", b"{not json")[0] == 400
+    assert connection.sock is socket
+    connection.close()
+    assert [r.status for r in local_hub.log] == [200, 404, 400, 200, 200, 200, 200, 405, 400]
