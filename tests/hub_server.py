@@ -18,6 +18,8 @@ And what it asks when it uploads (`HfApi.create_repo`, `create_branch`, `upload_
 `create_commit`), over the legacy LFS protocol, as the client does when xet is off (HF_HUB_DISABLE_XET, which the
 `local_hub` fixture sets: with xet on, the client would ask for a xet token, which is not served):
 
+- `POST /api/validate-yaml`: a README.md's front matter, checked before a commit that holds it (that it closes and
+  is made of `key: value` lines; not the Hub's schema);
 - `POST /api/repos/create`: a model repo, made as the Hub makes one, with an initial commit of a `.gitattributes`
   (LocalHub's LFS rules in git's words), so that it has a `main` at once; 409 with the repo's `url` when it exists,
   which `exist_ok=True` accepts;
@@ -455,6 +457,8 @@ class LocalHub:
         segments = raw_path.split("/")[1:]
         if method == "POST" and segments == ["api", "repos", "create"]:
             return self._create_repo(body)
+        if method == "POST" and segments == ["api", "validate-yaml"]:
+            return self._validate_yaml(body)
         if method == "POST" and segments[:2] == ["api", "models"] and len(segments) >= 6 and segments[5]:
             repo_id = f"{unquote(segments[2])}/{unquote(segments[3])}"
             revision = unquote("/".join(segments[5:]))  # the client quotes a branch's '/' as %2F
@@ -482,6 +486,28 @@ class LocalHub:
         if repo is None:
             raise _Refused(_error(404, "RepoNotFound", "Repository not found"))
         return repo
+
+    def _validate_yaml(self, body: bytes) -> Reply:
+        """What the client asks before it commits a README.md: whether its YAML front matter is metadata the Hub
+        takes. Here: that the front matter closes (`---` ... `---`) and its top level is `key: value` lines; the
+        Hub's own schema checks (license names, model-index fields) are not made, a test checks the card itself."""
+        content = _json_body(body).get("content")
+        if not isinstance(content, str):
+            raise _bad("validate-yaml takes {'content': the README's text}")
+        lines = content.splitlines()
+        errors = []
+        if lines and lines[0].strip() == "---":
+            end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
+            if end is None:
+                errors.append({"message": "the metadata block (---) is not closed"})
+            else:
+                errors += [{"message": f"line {i + 1}: not a 'key: value' line: {line!r}"}
+                           for i, line in enumerate(lines[1:end], 1)
+                           if line and not line.startswith((" ", "-", "#")) and ":" not in line]
+        if errors:
+            return Reply(400, {"Content-Type": "application/json; charset=utf-8"},
+                         json.dumps({"errors": errors, "warnings": []}).encode())
+        return _json({"errors": [], "warnings": []})
 
     def _create_repo(self, body: bytes) -> Reply:
         payload = _json_body(body)

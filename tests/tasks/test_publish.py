@@ -86,6 +86,34 @@ def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, lo
     assert answer[0]["label"] == by_run[0]["top_k"][0]["class"]
 
 
+def test_push_uploads_one_commit_each_time_and_the_first_still_reads(trained, local_hub, tmp_path, capsys):
+    """`vitlab push` without --to: the repository made, one commit of the folder `--to` writes; a second push (the
+    last weights) is a second commit, and the first, pinned by its sha, still answers with the best weights; a
+    branch where asked."""
+    run = trained["cls"]
+    assert main(["push", str(run), "me/vit-up"]) == 0
+    first = local_hub.sha("me/vit-up")
+    assert local_hub.file("me/vit-up", "model.safetensors") == (run / "best.safetensors").read_bytes()
+    assert "hf-hub:me/vit-up" in capsys.readouterr().out
+    assert main(["push", str(run), "me/vit-up", "--weights", "last", "--message", "the last weights"]) == 0
+    second = local_hub.sha("me/vit-up")
+    assert second != first and local_hub.file("me/vit-up", "model.safetensors") == \
+        (run / "last.safetensors").read_bytes()
+    assert local_hub.file("me/vit-up", "model.safetensors", first) == (run / "best.safetensors").read_bytes()
+    from huggingface_hub import list_repo_files
+
+    assert {"README.md", "config.json", "curves.png", "model.safetensors"} <= set(list_repo_files("me/vit-up"))
+    image = str(EXAMPLES / "test2-trouser.png")
+    capsys.readouterr()
+    assert main(["predict", str(run), image, "--json", "--weights", "best"]) == 0
+    by_run = json.loads(capsys.readouterr().out)
+    assert main(["predict", f"hf-hub:me/vit-up@{first}", image, "--json"]) == 0
+    assert [item["top_k"] for item in json.loads(capsys.readouterr().out)] == [item["top_k"] for item in by_run]
+    assert main(["push", str(run), "me/vit-up", "--revision", "dev"]) == 0
+    assert local_hub.sha("me/vit-up", "dev") != local_hub.sha("me/vit-up")  # main untouched
+    assert local_hub.sha("me/vit-up") == second
+
+
 def test_the_card_follows_the_runs_figures_and_says_when_it_was_not_tested(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained["cls"], run)
