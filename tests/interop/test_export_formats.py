@@ -147,3 +147,26 @@ def test_a_distilled_deit_for_transformers_is_its_deit_with_teacher(tmp_path):
     x = torch.randn(2, 1, 28, 28)
     with torch.no_grad():
         torch.testing.assert_close(theirs(pixel_values=x).logits, deit(x), atol=1e-5, rtol=0)
+
+
+# ---- diffusers ------------------------------------------------------------------------------------------------------
+def test_a_vqgan_run_for_diffusers_is_a_vqmodel_with_equal_reconstructions(trained, tmp_path):
+    """The suite's VQGAN run, and a VQGAN with attention inside its levels (diffusers' Attn*Block2D), each loaded by
+    diffusers' own VQModel: the same reconstructions (to 1e-5) and the same codes."""
+    from diffusers import VQModel
+
+    run = trained["vqgan"]
+    assert main(["export", str(run), "--format", "diffusers", "--out", str(tmp_path / "run")]) == 0
+    torch.manual_seed(0)
+    attended = vitlab.create_model("vqgan_small", ch_mult=(1, 2, 2), attn_resolutions=(8,)).eval()
+    vitlab.save_weights(attended, tmp_path / "attended.safetensors")
+    assert main(["export", str(tmp_path / "attended.safetensors"), "--format", "diffusers", "--out",
+                 str(tmp_path / "attended")]) == 0
+    for ours, folder in ((load_model(run / "best.safetensors"), "run"), (attended, "attended")):
+        theirs = VQModel.from_pretrained(tmp_path / folder).eval()
+        x = torch.rand(2, ours.config.in_chans, 32, 32) * 2 - 1
+        with torch.no_grad():
+            mine, latents = ours.eval()(x), theirs.encode(x).latents
+            torch.testing.assert_close(theirs(x).sample, mine.reconstruction, atol=1e-5, rtol=0)
+            _, _, (_, _, codes) = theirs.quantize(latents)
+        assert torch.equal(codes.view(mine.indices.shape), mine.indices), folder

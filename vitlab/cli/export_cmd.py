@@ -17,13 +17,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export a trained run (or a vitlab .safetensors file) for a runtime")
     p.add_argument("source", metavar="RUN_DIR", help="run folder from `vitlab train`, a vitlab .safetensors file, or "
                    "released weights by name: a release tag (vitlab models --pretrained) or hf-hub:org/name[@rev]")
-    p.add_argument("--format", choices=["onnx", "openvino", "exported-program", "timm", "transformers"],
+    p.add_argument("--format", choices=["onnx", "openvino", "exported-program", "timm", "transformers", "diffusers"],
                    default="onnx",
                    help="onnx (onnxruntime), openvino (an .xml with its .bin) or exported-program (torch.export "
-                   ".pt2); timm, transformers: a folder that library builds (ViT, DeiT) (default: onnx)")
+                   ".pt2); timm, transformers (ViT, DeiT), diffusers (VQGAN): a folder that library loads "
+                   "(default: onnx)")
     p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx, model.xml or model.pt2; a release: "
-                   "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx); for timm or "
-                   "transformers a new folder (default: RUN_DIR/FORMAT, NAME-FORMAT)")
+                   "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx); for timm, "
+                   "transformers or diffusers a new folder (default: RUN_DIR/FORMAT, NAME-FORMAT)")
     add_weights_flag(p, None, f"for a run folder, {SELECTED_WEIGHTS}")
     p.add_argument("--task", help="a restoration run: the degradation to export, e.g. sr2 (default: every one)")
     p.add_argument("--no-optimize", action="store_true", help="ONNX: write the graph as exported (default: a "

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from .converters import CheckpointFile, Converter, State, register_converter
+from .exporters import Exporter, register_exporter
 
 TAMING_ATTENTION = {"q": 0, "k": 1, "v": 2}
 DIFFUSERS_ATTENTION = {"to_q": 0, "to_k": 1, "to_v": 2, "query": 0, "key": 1, "value": 2}
@@ -152,3 +153,67 @@ register_converter(Converter("a taming-transformers VQGAN or a diffusers VQModel
                              "vqgan", lambda state, hf_config: is_vqgan_state(state),
                              lambda state, hf_config: vqgan_state(state), _architecture,
                              lambda state, hf_config: "diffusers" if is_diffusers(state) else "taming", DECIDES))
+
+
+# ---- written for diffusers: a VQModel folder (config.json, diffusion_pytorch_model.safetensors), which
+# `VQModel.from_pretrained` loads; the inverse of the names above, in diffusers' current form (Linear to_q, to_k,
+# to_v, to_out.0 and group_norm). The discriminator trains the VQGAN only: a VQModel has none
+def _to_diffusers_name(key: str, levels: int) -> str:
+    key = re.sub(r"\.mid\.block_1\.", ".mid_block.resnets.0.", key)
+    key = re.sub(r"\.mid\.block_2\.", ".mid_block.resnets.1.", key)
+    key = re.sub(r"\.mid\.attn_1\.", ".mid_block.attentions.0.", key)
+    key = re.sub(r"^encoder\.down\.(\d+)\.block\.", r"encoder.down_blocks.\1.resnets.", key)
+    key = re.sub(r"^encoder\.down\.(\d+)\.attn\.", r"encoder.down_blocks.\1.attentions.", key)
+    key = re.sub(r"^encoder\.down\.(\d+)\.downsample\.", r"encoder.down_blocks.\1.downsamplers.0.", key)
+    up = re.match(r"^decoder\.up\.(\d+)\.(.+)$", key)
+    if up:
+        rest = up.group(2).replace("block.", "resnets.", 1).replace("attn.", "attentions.", 1)
+        rest = rest.replace("upsample.", "upsamplers.0.", 1)
+        key = f"decoder.up_blocks.{levels - 1 - int(up.group(1))}.{rest}"
+    key = key.replace(".norm_out.", ".conv_norm_out.").replace(".shortcut.", ".conv_shortcut.")
+    key = re.sub(r"(\.attentions\.\d+)\.norm\.", r"\1.group_norm.", key)
+    return re.sub(r"(\.attentions\.\d+)\.attn\.proj\.", r"\1.to_out.0.", key)
+
+
+def _diffusers_state(state: State, levels: int) -> State:
+    out: State = {}
+    for key, value in state.items():
+        if key.startswith(("discriminator.", "quantize.")) and key != "quantize.embedding.weight":
+            continue  # the GAN's critic and the quantiser's training bookkeeping
+        name = _to_diffusers_name(key, levels)
+        qkv = re.match(r"(.+\.attentions\.\d+)\.attn\.qkv\.(weight|bias)$", name)
+        if qkv:
+            for part, piece in zip(("to_q", "to_k", "to_v"), value.chunk(3)):
+                out[f"{qkv.group(1)}.{part}.{qkv.group(2)}"] = piece.contiguous()
+        else:
+            out[name] = value.contiguous()
+    return out
+
+
+def _write_diffusers(model: Any, preprocessing: dict[str, Any] | None, folder: Any) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    from ..models.family import family_config
+
+    c = family_config(model)
+    levels = len(c.ch_mult)
+    attended = {c.resolution // 2 ** i for i in range(levels)} & set(c.attn_resolutions)
+    down = ["AttnDownEncoderBlock2D" if c.resolution // 2 ** i in attended else "DownEncoderBlock2D"
+            for i in range(levels)]
+    up = ["AttnUpDecoderBlock2D" if c.resolution // 2 ** (levels - 1 - j) in attended else "UpDecoderBlock2D"
+          for j in range(levels)]
+    record = {"_class_name": "VQModel", "in_channels": c.in_chans, "out_channels": c.out_chans or c.in_chans,
+              "down_block_types": down, "up_block_types": up, "block_out_channels": [c.ch * m for m in c.ch_mult],
+              "layers_per_block": c.num_res_blocks, "act_fn": "silu", "latent_channels": c.z_channels,
+              "sample_size": c.resolution, "num_vq_embeddings": c.num_codes, "norm_num_groups": c.num_groups,
+              "vq_embed_dim": c.embed_dim, "scaling_factor": 0.18215, "norm_type": "group",
+              "mid_block_add_attention": c.mid_attention, "lookup_from_codebook": False, "force_upcast": False}
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    save_file(_diffusers_state(state, levels), str(folder / "diffusion_pytorch_model.safetensors"),
+              metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+register_exporter(Exporter("diffusers", "vqgan", _write_diffusers))
