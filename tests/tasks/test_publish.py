@@ -84,6 +84,14 @@ def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, lo
     assert [item["top_k"] for item in by_name] == [item["top_k"] for item in by_run]
     answer = vitlab.pipeline(model="hf-hub:me/vit-hub")(image)
     assert answer[0]["label"] == by_run[0]["top_k"][0]["class"]
+    # served beside the run, it answers as the run does
+    from vitlab.serve.runs import load_runs
+
+    by_name, own = load_runs(["hf-hub:me/vit-hub", str(run)])
+    assert by_name.describe()["classes"] == own.describe()["classes"]
+    answers = [served.task.answer(served.model, served.saved, Path(image), tmp_path, served.context, attention=False)
+               for served in (by_name, own)]
+    assert answers[0]["top_k"] == answers[1]["top_k"]
 
 
 def test_push_uploads_one_commit_each_time_and_the_first_still_reads(trained, local_hub, tmp_path, capsys):
@@ -112,6 +120,20 @@ def test_push_uploads_one_commit_each_time_and_the_first_still_reads(trained, lo
     assert main(["push", str(run), "me/vit-up", "--revision", "dev"]) == 0
     assert local_hub.sha("me/vit-up", "dev") != local_hub.sha("me/vit-up")  # main untouched
     assert local_hub.sha("me/vit-up") == second
+
+
+def test_a_hub_that_refuses_the_upload_is_quoted_and_nothing_is_left(trained, local_hub, monkeypatch, tmp_path,
+                                                                    capsys):
+    import tempfile
+
+    from tests.hub_server import _error
+
+    refusal = "You don't have the rights to create a model under the namespace \"me\""
+    monkeypatch.setattr(local_hub, "_create_repo", lambda body: _error(403, None, refusal))
+    staged = set(Path(tempfile.gettempdir()).glob("vitlab-push-*"))
+    assert main(["push", str(trained["cls"]), "me/refused"]) == 2
+    assert "rights to create a model" in capsys.readouterr().err
+    assert set(Path(tempfile.gettempdir()).glob("vitlab-push-*")) == staged  # its staging folder removed
 
 
 def test_the_card_follows_the_runs_figures_and_says_when_it_was_not_tested(trained, tmp_path):
