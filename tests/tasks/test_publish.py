@@ -136,6 +136,34 @@ def test_a_hub_that_refuses_the_upload_is_quoted_and_nothing_is_left(trained, lo
     assert set(Path(tempfile.gettempdir()).glob("vitlab-push-*")) == staged  # its staging folder removed
 
 
+def test_push_in_timms_form_is_timms_folder_with_the_same_card(trained, tmp_path, capsys):
+    """`--format timm`: the model as timm builds it (equal logits), the run's record beside it as vitlab_run.json,
+    the card saying timm and how timm loads it; a family timm has no form of is refused, nothing written."""
+    import timm
+    import torch
+    from huggingface_hub import ModelCard
+
+    from vitlab.interop import load_model
+
+    run = trained["cls"]
+    assert main(["push", str(run), "me/vit-timm", "--format", "timm", "--to", str(tmp_path / "repo")]) == 0
+    assert {p.name for p in (tmp_path / "repo").iterdir()} == {"model.safetensors", "config.json", "README.md",
+                                                                "curves.png", "vitlab_run.json"}
+    theirs = timm.create_model(f"local-dir:{tmp_path / 'repo'}", pretrained=True).eval()
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), load_model(run / "best.safetensors").eval()(x), atol=1e-5, rtol=0)
+    card = ModelCard.load(tmp_path / "repo" / "README.md")
+    assert card.data.library_name == "timm" and 'timm.create_model("hf-hub:me/vit-timm"' in card.text
+    record = json.loads((tmp_path / "repo" / "vitlab_run.json").read_text())
+    assert record["published"]["format"] == "timm" and record["command"] == json.loads(
+        (run / "config.json").read_text())["command"]
+    capsys.readouterr()
+    assert main(["push", str(trained["detr"]), "me/detr", "--format", "timm", "--to", str(tmp_path / "no")]) == 2
+    assert "has no timm form" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["repo"]
+
+
 def test_the_card_follows_the_runs_figures_and_says_when_it_was_not_tested(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained["cls"], run)

@@ -15,6 +15,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("repo_id", help="the repository it is for, org/name")
     p.add_argument("--to", metavar="DIR", help="write the repository's files to this new folder (model.safetensors, "
                    "config.json, README.md: the card, curves.png) instead of uploading them")
+    p.add_argument("--format", dest="fmt", choices=("vitlab", "timm", "transformers", "diffusers"),
+                   default="vitlab", help="the repository's form: vitlab's own (every family; default), or the model "
+                   "as timm, transformers or diffusers load it (the families they have), with the same card")
     p.add_argument("--private", action="store_true", help="a new repository is created private")
     p.add_argument("--revision", metavar="BRANCH", help="commit to this branch (made from main where it is new)")
     p.add_argument("--message", help="the commit's message (default: vitlab push of RUN_DIR's name)")
@@ -30,11 +33,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_repo_id(args.repo_id)
     if args.to:
-        folder = write_repo(args.run_dir, args.repo_id, args.to, args.weights, args.licence)
+        folder = write_repo(args.run_dir, args.repo_id, args.to, args.weights, args.licence, args.fmt)
         print(f"wrote {folder}: {', '.join(sorted(path.name for path in folder.iterdir()))}")
         return 0
     url = push(args.run_dir, args.repo_id, args.weights, args.licence, private=args.private, revision=args.revision,
-               message=args.message)
+               message=args.message, fmt=args.fmt)
     print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
     print(f"use it: vitlab predict hf-hub:{args.repo_id} IMAGE")
     return 0

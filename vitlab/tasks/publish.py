@@ -26,6 +26,8 @@ from ..engine.run import CONFIG_FILE, CURVES_FILE, PUBLISHED_WEIGHTS, RunDir, re
 
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 CARD_FILE = "README.md"
+RUN_RECORD_FILE = "vitlab_run.json"  # the run's record in a repository in another library's form (its config.json)
+PUBLISH_FORMATS = ("vitlab", "timm", "transformers", "diffusers")
 # data sets vitlab reads by name, as the Hub knows them
 HUB_DATASETS = {"fashion-mnist": "zalando-datasets/fashion_mnist"}
 NOT_FIGURES = ("elapsed_s",)  # bookkeeping, not a result
@@ -40,10 +42,11 @@ def check_repo_id(repo_id: str) -> str:
 
 
 def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, weights: str | None = None,
-               licence: str | None = None) -> Path:
+               licence: str | None = None, fmt: str = "vitlab") -> Path:
     """The repository's files for the run at `run_dir`, written to the new folder `to` (refused where it holds
     anything), all or nothing: they are written beside it and moved into place at the end. `weights`: best, last
-    or ema (default: the ones the run selected)."""
+    or ema (default: the ones the run selected). `fmt`: vitlab's own form, or timm's, transformers' or diffusers'
+    (interop/exporters.py: the model in that library's files, the run's record beside them as vitlab_run.json)."""
     check_repo_id(repo_id)
     run = RunDir(run_dir)
     saved = run.read_config()
@@ -55,13 +58,24 @@ def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, 
     target = Path(to)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise FileExistsError(f"{target} already holds files; give a new or empty folder for the repository")
-    card = model_card(run.path, repo_id, which, licence)
+    card = model_card(run.path, repo_id, which, licence, fmt)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        shutil.copyfile(source, staging / f"{PUBLISHED_WEIGHTS}.safetensors")
-        record = {**saved, "published": {"repo_id": repo_id, "weights": which}}
-        (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        record = {**saved, "published": {"repo_id": repo_id, "weights": which, "format": fmt}}
+        if fmt == "vitlab":
+            shutil.copyfile(source, staging / f"{PUBLISHED_WEIGHTS}.safetensors")
+            (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        else:
+            from ..interop.exporters import export_to
+            from .launch import load_run_model
+
+            folder = export_to(load_run_model(run.path, which), fmt, staging / fmt,
+                               saved.get("data", {}).get("preprocessing"))
+            for path in folder.iterdir():
+                path.rename(staging / path.name)
+            folder.rmdir()
+            (staging / RUN_RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
         (staging / CARD_FILE).write_text(card)
         if run.file(CURVES_FILE).is_file():
             shutil.copyfile(run.file(CURVES_FILE), staging / CURVES_FILE)
@@ -75,7 +89,7 @@ def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, 
 
 
 def push(run_dir: str | os.PathLike, repo_id: str, weights: str | None = None, licence: str | None = None, *,
-         private: bool = False, revision: str | None = None, message: str | None = None) -> str:
+         private: bool = False, revision: str | None = None, message: str | None = None, fmt: str = "vitlab") -> str:
     """The run's repository files (`write_repo`) uploaded to the Hub as one commit (the repository created where it
     is new, `private` then; `revision`: a branch, made from main where it is new). Returns the commit's URL."""
     from huggingface_hub import HfApi
@@ -83,7 +97,7 @@ def push(run_dir: str | os.PathLike, repo_id: str, weights: str | None = None, l
     check_repo_id(repo_id)
     api = HfApi()
     with tempfile.TemporaryDirectory(prefix="vitlab-push-") as staging:
-        folder = write_repo(run_dir, repo_id, Path(staging) / "repo", weights, licence)
+        folder = write_repo(run_dir, repo_id, Path(staging) / "repo", weights, licence, fmt)
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
@@ -118,7 +132,8 @@ def run_figures(run_dir: str | os.PathLike) -> dict[str, Any]:
             "progress": rows[-1]}
 
 
-def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: str | None = None) -> str:
+def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: str | None = None,
+               fmt: str = "vitlab") -> str:
     """The README.md of the run's repository: YAML front matter the Hub reads, then what the model is, its labels,
     data, training, results, use, limitations and citation."""
     from huggingface_hub import EvalResult, ModelCardData
@@ -145,7 +160,7 @@ def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: 
                           metric_value=round(value, 6), metric_name=f"{split[part]} {name}")
                for part in ("val", "test") for name, value in figures[part].items()]
     card_data = ModelCardData(
-        library_name="vitlab", pipeline_tag=pipeline_tag, license=licence,
+        library_name=fmt, pipeline_tag=pipeline_tag, license=licence,
         tags=["vitlab", family.family, task.name, *([pipeline_tag] if pipeline_tag else [])],
         datasets=[HUB_DATASETS[data_name]] if data_name in HUB_DATASETS else None,
         base_model=base[0] if base else None,
@@ -213,8 +228,7 @@ def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: 
         lines += ["Not evaluated on a test set: the run's data had none, or the run has not finished.", ""]
     if run.file(CURVES_FILE).is_file():
         lines += [f"![training curves]({CURVES_FILE})", ""]
-    lines += ["## How to use it", "", "```python", "import vitlab", "",
-              f'predict = vitlab.pipeline(model="hf-hub:{repo_id}")', 'print(predict("image.jpg"))', "```", "",
+    lines += ["## How to use it", "", "```python", *USAGE[fmt](repo_id), "```", "",
               "```bash", f"vitlab predict hf-hub:{repo_id} image.jpg", "```", "",
               "## Limitations", "",
               f"Measured only on the held-out images of {_data_title(data_name) or 'its data'} listed above. It was "
@@ -223,6 +237,19 @@ def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: 
     if family.paper is not None:
         lines += ["## Citation", "", "```bibtex", family.paper.bibtex(), "```", ""]
     return "\n".join(lines)
+
+
+# the lines that load the repository, in the library whose form it has
+USAGE = {
+    "vitlab": lambda repo: ["import vitlab", "", f'predict = vitlab.pipeline(model="hf-hub:{repo}")',
+                            'print(predict("image.jpg"))'],
+    "timm": lambda repo: ["import timm", "", f'model = timm.create_model("hf-hub:{repo}", pretrained=True).eval()',
+                          "labels = model.pretrained_cfg['label_names']"],
+    "transformers": lambda repo: ["from transformers import pipeline", "",
+                                  f'classify = pipeline("image-classification", model="{repo}")',
+                                  'print(classify("image.jpg"))'],
+    "diffusers": lambda repo: ["from diffusers import VQModel", "", f'vqgan = VQModel.from_pretrained("{repo}")'],
+}
 
 
 def _table(title: str, figures: dict[str, float]) -> list[str]:
