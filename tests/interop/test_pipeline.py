@@ -387,6 +387,16 @@ def test_a_segmenter_answers_through_its_recorded_preprocessing_at_the_images_ow
         scores = F.interpolate(setr(rule(photo)[None]).logits, size=(90, 90), mode="bilinear", align_corners=False)
     assert answer["mask"].size == (90, 90)
     assert np.array_equal(np.asarray(answer["mask"]), scores.argmax(1)[0].numpy())
+    # a landscape: rescaled to 43 × 64, smaller than the crop, so its one window is zero-padded to 64 × 64
+    wide = Image.fromarray(skimage_data.chelsea()).resize((90, 60))
+    answer = vitlab.pipeline(model=str(tmp_path / "setr.safetensors"))(wide)
+    image = rule(wide)
+    assert image.shape[1:] == (43, 64)
+    with torch.no_grad():
+        window = setr(F.pad(image, (0, 0, 0, 64 - 43))[None]).logits[..., :43, :64]
+        scores = F.interpolate(window, size=(60, 90), mode="bilinear", align_corners=False)
+    assert answer["mask"].size == (90, 60)
+    assert np.array_equal(np.asarray(answer["mask"]), scores.argmax(1)[0].numpy())
 
 
 def test_a_converted_file_keeps_its_sources_preprocessing(local_hub, photo_files, tmp_path):
