@@ -103,7 +103,7 @@ def push(run_dir: str | os.PathLike, repo_id: str, weights: str | None = None, l
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         commit = api.upload_folder(folder_path=folder, repo_id=repo_id, revision=revision,
                                    commit_message=message or f"vitlab push of {Path(run_dir).name}")
-    return str(commit.commit_url if hasattr(commit, "commit_url") else commit)
+    return str(commit.commit_url)
 
 
 # ---- the card ------------------------------------------------------------------------------------------------------
