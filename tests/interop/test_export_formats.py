@@ -1,6 +1,7 @@
-"""`vitlab export --format timm`: a run or a weights file written as timm's own hub folder, built by timm itself
-(`create_model("hf-hub:...")` through the local Hub, `"local-dir:..."`) with logits equal to vitlab's, the run's
-labels and its eval transform; what timm cannot build is refused by name."""
+"""`vitlab export --format timm|transformers|diffusers`: a run or a weights file written in that library's own form
+and loaded by the library itself (timm's `create_model("hf-hub:...")` through the local Hub or `"local-dir:..."`,
+transformers' Auto classes and pipelines, diffusers' VQModel), with vitlab's outputs, labels and preprocessing; what
+a library cannot build is refused by name."""
 
 from __future__ import annotations
 
@@ -73,9 +74,14 @@ def test_what_timm_cannot_build_is_refused_and_nothing_written(tmp_path, capsys)
     vitlab.save_weights(vitlab.create_model("vit_tiny_patch4_28", depth=1), tmp_path / "vit.safetensors")
     assert main(["export", str(tmp_path / "vit.safetensors"), "--format", "timm", "--out", str(taken)]) == 2
     assert "already holds files" in capsys.readouterr().err
+    vitlab.save_weights(vitlab.create_model("detr_small", enc_layers=1, dec_layers=1, pre_norm=True),
+                        tmp_path / "detr.safetensors")
+    assert main(["export", str(tmp_path / "detr.safetensors"), "--format", "transformers", "--out",
+                 str(tmp_path / "c")]) == 2
+    assert "transformers' DETR is post-norm" in capsys.readouterr().err
     assert [p.name for p in taken.iterdir()] == ["mine.txt"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["setr.safetensors", "stem.safetensors", "taken",
-                                                          "vit.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["detr.safetensors", "setr.safetensors", "stem.safetensors",
+                                                          "taken", "vit.safetensors"]
 
 
 # ---- transformers ---------------------------------------------------------------------------------------------------
@@ -170,3 +176,121 @@ def test_a_vqgan_run_for_diffusers_is_a_vqmodel_with_equal_reconstructions(train
             torch.testing.assert_close(theirs(x).sample, mine.reconstruction, atol=1e-5, rtol=0)
             _, _, (_, _, codes) = theirs.quantize(latents)
         assert torch.equal(codes.view(mine.indices.shape), mine.indices), folder
+
+
+# ---- transformers: the detectors ------------------------------------------------------------------------------------
+def detections_agree(ours: list[dict], theirs: list[dict], scores_to: float = 1e-4, pixels_to: float = 1.01) -> None:
+    """vitlab predict's detections (scores rounded to 4 places, boxes to 0.1 px) and transformers' pipeline's
+    (boxes truncated to whole pixels): the same scores in order, and, wherever a score stands apart from its
+    neighbours (so that the order is not a tie's), the same label and box."""
+    ours, theirs = sorted(ours, key=lambda d: -d["score"]), sorted(theirs, key=lambda d: -d["score"])
+    assert len(ours) == len(theirs) > 0
+    scores = [d["score"] for d in ours]
+    assert scores == pytest.approx([t["score"] for t in theirs], abs=scores_to)
+    apart = [i for i in range(len(scores)) if all(abs(scores[i] - scores[j]) > 3 * scores_to for j in (i - 1, i + 1)
+                                                  if 0 <= j < len(scores))]
+    assert len(apart) >= 3
+    for i in apart:
+        box = theirs[i]["box"]
+        assert ours[i]["label"] == theirs[i]["label"]
+        assert ours[i]["box"] == pytest.approx([box["xmin"], box["ymin"], box["xmax"], box["ymax"]], abs=pixels_to)
+
+
+def padded_pair(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two images of (height, width), the second padded at the bottom and right."""
+    images, padding = torch.randn(2, 3, height, width), torch.zeros(2, height, width, dtype=torch.bool)
+    padding[1, height * 3 // 4:] = True
+    padding[1, :, width * 2 // 3:] = True
+    return images, padding
+
+
+def assert_same_detector(theirs, ours, sizes=((64, 64), (48, 80), (80, 48))) -> None:
+    """Logits to 1e-5, boxes to 1e-4, at every size, with and without padding."""
+    for height, width in sizes:
+        images, padding = padded_pair(height, width)
+        for mask in (None, padding):
+            with torch.no_grad():
+                hf = theirs(pixel_values=images, pixel_mask=None if mask is None else (~mask).long())
+                mine = ours(images, mask)
+            torch.testing.assert_close(hf.logits, mine.logits, atol=1e-5, rtol=0)
+            torch.testing.assert_close(hf.pred_boxes, mine.pred_boxes, atol=1e-4, rtol=0)
+
+
+def test_a_detection_run_for_transformers_is_its_detr_with_its_boxes_labels_processor_and_pipeline(
+        trained, tmp_path, capsys):
+    import transformers
+
+    from vitlab.data.preprocessing import Preprocessing
+
+    run = trained["detr"]
+    assert main(["export", str(run), "--format", "transformers", "--out", str(tmp_path / "hf")]) == 0
+    theirs, loading = transformers.AutoModelForObjectDetection.from_pretrained(tmp_path / "hf",
+                                                                               output_loading_info=True)
+    assert type(theirs).__name__ == "DetrForObjectDetection"
+    assert not any(loading.values())  # no weight missing, unexpected or resized
+    ours = load_model(run / "best.safetensors").eval()
+    torch.manual_seed(0)
+    assert_same_detector(theirs.eval(), ours)
+    saved = json.loads((run / "config.json").read_text())
+    assert [theirs.config.id2label[i] for i in range(ours.config.num_classes)] == saved["data"]["classes"]
+
+    pictures = sorted((trained["scenes"] / "images" / "test").glob("*.png"))
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    recorded = Preprocessing.from_dict(saved["data"]["preprocessing"])
+    detect = transformers.pipeline("object-detection", model=str(tmp_path / "hf"))
+    capsys.readouterr()
+    assert main(["predict", str(run), *map(str, pictures), "--json", "--threshold", "0"]) == 0
+    for path, answer in zip(pictures, json.loads(capsys.readouterr().out)):
+        with Image.open(path) as picture:
+            torch.testing.assert_close(processor(picture, return_tensors="pt")["pixel_values"][0],
+                                       recorded(picture), atol=1e-5, rtol=0)
+        detections_agree(answer["detections"], detect(str(path), threshold=0.0))
+
+
+@pytest.mark.parametrize("variant", [{}, {"with_box_refine": True}, {"with_box_refine": True, "two_stage": True}],
+                         ids=["plain", "box_refine", "two_stage"])
+def test_a_deformable_detr_for_transformers_gives_its_logits_boxes_and_pipeline_answers(tmp_path, variant, capsys):
+    """Each refining head its own (as training leaves them), every weight moved off its initial value so that
+    every one shows; a file recording its labels and preprocessing, then transformers' pipeline on photographs of
+    two shapes resized by the record (the longer side to 96)."""
+    import transformers
+    from skimage import data as skimage_data
+
+    from vitlab.data.preprocessing import Preprocessing
+
+    torch.manual_seed(0)
+    names = tuple(f"thing{i}" for i in range(10))
+    model = vitlab.create_model("deformable_detr_small", enc_layers=1, dec_layers=2, labels=names, **variant).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    rule = Preprocessing(max_size=96, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), resampler="float")
+    vitlab.save_weights(model, tmp_path / "ddetr.safetensors", {"preprocessing": json.dumps(rule.to_dict())})
+    with pytest.warns(UserWarning, match="less than one grey level"):  # a detection run's float resizing
+        assert main(["export", str(tmp_path / "ddetr.safetensors"), "--format", "transformers", "--out",
+                     str(tmp_path / "hf")]) == 0
+    theirs, loading = transformers.AutoModelForObjectDetection.from_pretrained(tmp_path / "hf",
+                                                                               output_loading_info=True)
+    assert not any(loading.values())
+    assert (theirs.config.with_box_refine, theirs.config.two_stage) == (model.config.with_box_refine,
+                                                                        model.config.two_stage)
+    assert_same_detector(theirs.eval(), model)
+    if variant:
+        return  # the pipeline's answers follow from the outputs; once is enough
+    photos = [tmp_path / "landscape.png", tmp_path / "portrait.png"]
+    Image.fromarray(skimage_data.chelsea()).save(photos[0])
+    Image.fromarray(skimage_data.rocket()).transpose(Image.Transpose.ROTATE_90).save(photos[1])
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "hf")
+    detect = transformers.pipeline("object-detection", model=str(tmp_path / "hf"))
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "ddetr.safetensors"), *map(str, photos), "--json", "--threshold",
+                 "0"]) == 0
+    grey_level = torch.tensor(rule.std)[:, None, None] * 255
+    for path, answer in zip(photos, json.loads(capsys.readouterr().out)):
+        with Image.open(path) as picture:
+            theirs = processor(picture, return_tensors="pt")["pixel_values"][0]
+            assert theirs.shape[1:] == (96, 64) if "portrait" in path.name else theirs.shape[2] == 96
+            assert ((theirs - rule(picture)).abs() * grey_level).max() < 1
+        # inputs a fraction of a grey level apart: scores to 1e-3, boxes to 2 px of a 96-pixel side's rescaling
+        detections_agree(answer["detections"], detect(str(path), threshold=0.0), scores_to=1e-3, pixels_to=2 *
+                         max(picture.size) / 96)

@@ -189,6 +189,16 @@ def test_a_detection_run_is_pushed_with_its_pipeline_tag_and_labels(trained, tmp
     for name in json.loads((run / "config.json").read_text())["data"]["classes"]:
         assert f"| {name} |" in card.text
 
+    # in transformers' form: its detector's folder, and a card whose usage line is the object-detection pipeline
+    assert main(["push", str(run), "me/detr-hf", "--format", "transformers", "--to", str(tmp_path / "hf")]) == 0
+    assert {p.name for p in (tmp_path / "hf").iterdir()} == {"model.safetensors", "config.json", "README.md",
+                                                              "preprocessor_config.json", "curves.png",
+                                                              "vitlab_run.json"}
+    card = ModelCard.load(tmp_path / "hf" / "README.md")
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "object-detection"
+    assert 'pipeline("object-detection", model="me/detr-hf")' in card.text
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["DetrForObjectDetection"]
+
 
 def test_bad_pushes_are_refused_and_write_nothing(trained, tmp_path, capsys):
     run = str(trained["cls"])

@@ -30,7 +30,17 @@ from typing import Any
 import torch
 
 from .converters import CheckpointFile, Converter, State, register_converter
-from .set_prediction_keys import HF_LAYER, hf_backbone_key, own_config, source_of, unused_stages_dropped
+from .exporters import Exporter, register_exporter
+from .set_prediction_keys import (
+    HF_LAYER,
+    hf_attention,
+    hf_backbone,
+    hf_backbone_key,
+    hf_detector_config,
+    own_config,
+    source_of,
+    unused_stages_dropped,
+)
 
 
 def is_deformable_detr_state(state: dict[str, torch.Tensor]) -> bool:
@@ -190,3 +200,75 @@ def _architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
 register_converter(Converter("a Deformable DETR state dict (official .pth, Hugging Face DeformableDetr...)",
                              "deformable_detr", lambda state, hf_config: is_deformable_detr_state(state), _convert,
                              _architecture, source_of))
+
+
+# ---- written for transformers: DeformableDetrForObjectDetection's save_pretrained folder, plain, refining or
+# two-stage, its ResNet transformers' own (cut after the last stage read); pure-PyTorch attention, no custom kernel
+def huggingface_deformable_detr_state(state: State, config: Any) -> State:
+    """A vitlab Deformable DETR's state dict in DeformableDetrForObjectDetection's key names. Every head is written
+    at every index transformers builds (a shared head once per layer), so that no version's tying or untying of
+    them leaves one uninitialised."""
+    out, _ = hf_backbone(state, config.backbone, config.backbone_stages, config.in_chans)
+    sampling = ("sampling_offsets", "attention_weights", "value_proj", "output_proj")
+    for i in range(config.enc_layers):
+        ours, theirs = f"transformer.encoder.{i}", f"model.encoder.layers.{i}"
+        names = {f"self_attn.{p}": f"self_attn.{p}" for p in sampling} | {
+            "norm1": "self_attn_layer_norm", "mlp.fc1": "fc1", "mlp.fc2": "fc2", "norm2": "final_layer_norm"}
+        out |= {f"{theirs}.{hf_name}.{kind}": state[f"{ours}.{mine}.{kind}"]
+                for mine, hf_name in names.items() for kind in ("weight", "bias")}
+    for i in range(config.dec_layers):
+        ours, theirs = f"transformer.decoder.{i}", f"model.decoder.layers.{i}"
+        out |= hf_attention(state, f"{ours}.self_attn", f"{theirs}.self_attn")
+        names = {f"cross_attn.{p}": f"encoder_attn.{p}" for p in sampling} | {
+            "norm1": "self_attn_layer_norm", "norm2": "encoder_attn_layer_norm", "mlp.fc1": "fc1", "mlp.fc2": "fc2",
+            "norm3": "final_layer_norm"}
+        out |= {f"{theirs}.{hf_name}.{kind}": state[f"{ours}.{mine}.{kind}"]
+                for mine, hf_name in names.items() for kind in ("weight", "bias")}
+    for key, value in state.items():
+        if key == "transformer.level_embed":
+            out["model.level_embed"] = value
+        elif key == "query_embed.weight":
+            out["model.query_position_embeddings.weight"] = value
+        elif key.startswith("input_proj."):
+            out["model." + key] = value
+        elif key.startswith(("transformer.reference_points.", "transformer.enc_output", "transformer.pos_trans")):
+            out["model." + key.removeprefix("transformer.")] = value
+    heads = config.dec_layers + (1 if config.two_stage else 0)
+    for i in range(heads):
+        for head in ("class_embed", "bbox_embed"):
+            mine = f"{head}.{i}." if config.with_box_refine else f"{head}."
+            for key, value in state.items():
+                if key.startswith(mine):
+                    leaf = key.removeprefix(mine)
+                    out[f"{head}.{i}.{leaf}"] = value.clone()  # a file holds each tensor once
+                    if (head == "bbox_embed" and config.with_box_refine) or config.two_stage:
+                        out[f"model.decoder.{head}.{i}.{leaf}"] = value.clone()  # the decoder's refining copy
+    return out
+
+
+def _write_transformers(model: Any, preprocessing: dict[str, Any] | None, folder: Any) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    from ..models.family import family_config
+    from .preprocessing import to_transformers
+
+    config = family_config(model)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    _, backbone = hf_backbone(state, config.backbone, config.backbone_stages, config.in_chans)
+    record = hf_detector_config(config, "DeformableDetrForObjectDetection", "deformable_detr") | {
+        "backbone_config": backbone, "num_feature_levels": config.num_levels, "encoder_n_points": config.enc_points,
+        "decoder_n_points": config.dec_points, "with_box_refine": config.with_box_refine,
+        "two_stage": config.two_stage, "two_stage_num_proposals": config.num_queries,
+        # transformers ties every layer's heads to the first unless told not to; vitlab's refining heads differ
+        "tie_word_embeddings": False, "disable_custom_kernels": True}
+    save_file(huggingface_deformable_detr_state(state, config), str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+    if preprocessing:
+        processor = to_transformers(preprocessing, detector="DeformableDetrImageProcessor")
+        (folder / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+
+
+register_exporter(Exporter("transformers", "deformable_detr", _write_transformers))

@@ -28,7 +28,17 @@ from typing import Any
 import torch
 
 from .converters import CheckpointFile, Converter, State, register_converter
-from .set_prediction_keys import HF_LAYER, hf_backbone_key, own_config, source_of, unused_stages_dropped
+from .exporters import Exporter, register_exporter
+from .set_prediction_keys import (
+    HF_LAYER,
+    hf_attention,
+    hf_backbone,
+    hf_backbone_key,
+    hf_detector_config,
+    own_config,
+    source_of,
+    unused_stages_dropped,
+)
 
 
 def is_detr_state(state: dict[str, torch.Tensor]) -> bool:
@@ -149,3 +159,56 @@ def _architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
 register_converter(Converter("a DETR state dict (official .pth, Hugging Face DetrForObjectDetection)", "detr",
                              lambda state, hf_config: is_detr_state(state),
                              _convert, _architecture, source_of))
+
+
+# ---- written for transformers: DetrForObjectDetection's save_pretrained folder (transformers 4's key names, which
+# every version reads), its ResNet transformers' own, cut after the stage DETR reads; the object-detection pipeline
+# loads it
+def huggingface_detr_state(state: State, config: Any) -> State:
+    """A vitlab DETR's state dict in DetrForObjectDetection's key names."""
+    out, _ = hf_backbone(state, config.backbone, (config.backbone_last_stage,), config.in_chans)
+    encoder = {"norm1": "self_attn_layer_norm", "mlp.fc1": "fc1", "mlp.fc2": "fc2", "norm2": "final_layer_norm"}
+    decoder = {"norm1": "self_attn_layer_norm", "norm2": "encoder_attn_layer_norm", "mlp.fc1": "fc1",
+               "mlp.fc2": "fc2", "norm3": "final_layer_norm"}
+    for side, names, attentions in (("encoder", encoder, {"attn": "self_attn"}),
+                                    ("decoder", decoder, {"self_attn": "self_attn", "cross_attn": "encoder_attn"})):
+        layers = config.enc_layers if side == "encoder" else config.dec_layers
+        for i in range(layers):
+            ours, theirs = f"transformer.{side}.{i}", f"model.{side}.layers.{i}"
+            for mine, hf_name in attentions.items():
+                out |= hf_attention(state, f"{ours}.{mine}", f"{theirs}.{hf_name}")
+            out |= {f"{theirs}.{hf_name}.{kind}": state[f"{ours}.{mine}.{kind}"]
+                    for mine, hf_name in names.items() for kind in ("weight", "bias")}
+    renamed = {"transformer.decoder_norm.": "model.decoder.layernorm.", "input_proj.": "model.input_projection.",
+               "query_embed.": "model.query_position_embeddings.", "class_embed.": "class_labels_classifier.",
+               "bbox_embed.": "bbox_predictor."}
+    for key, value in state.items():
+        for mine, hf_name in renamed.items():
+            if key.startswith(mine):
+                out[hf_name + key.removeprefix(mine)] = value
+    return out
+
+
+def _write_transformers(model: Any, preprocessing: dict[str, Any] | None, folder: Any) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    from ..models.family import family_config
+    from .preprocessing import to_transformers
+
+    config = family_config(model)
+    if config.pre_norm:
+        raise ValueError("transformers' DETR is post-norm; this DETR normalises before each layer (pre_norm): "
+                         "vitlab's own format (vitlab push) keeps it")
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    _, backbone = hf_backbone(state, config.backbone, (config.backbone_last_stage,), config.in_chans)
+    record = hf_detector_config(config, "DetrForObjectDetection", "detr") | {"backbone_config": backbone}
+    save_file(huggingface_detr_state(state, config), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(record, indent=2) + "\n")
+    if preprocessing:
+        processor = to_transformers(preprocessing, detector="DetrImageProcessor")
+        (folder / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
+
+
+register_exporter(Exporter("transformers", "detr", _write_transformers))

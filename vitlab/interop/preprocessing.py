@@ -96,3 +96,54 @@ def from_transformers(processor: dict[str, Any]) -> Preprocessing:
     return Preprocessing(resize=resize, max_size=max_size, crop=crop,
                          interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bicubic"), **stats,
                          resampler="torch", crop_offset="floor")
+
+
+# ---- the other way: a preprocessing record as transformers' image processor saves itself ---------------------------
+RESAMPLE_OF = {name: code for code, name in PIL_RESAMPLE.items()}
+
+
+def to_transformers(preprocessing: dict[str, Any], detector: str | None = None) -> dict[str, Any]:
+    """A preprocessing record as a transformers `preprocessor_config.json`: a classifier's (ViT's processor, BiT's
+    for a shorter side and a centre crop) or, with `detector` naming the processor class ("DetrImageProcessor"), a
+    detector's, which resizes and pads. Raises ValueError for a rule no processor of that kind follows."""
+    import warnings
+
+    rule = Preprocessing.from_dict(preprocessing)
+    processor: dict[str, Any] = {"do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+                                 "image_mean": list(rule.mean), "image_std": list(rule.std),
+                                 "resample": RESAMPLE_OF[rule.interpolation], "do_convert_rgb": rule.channels == 3}
+    refused = ValueError(f"transformers' image processors have no form of this preprocessing ({preprocessing}); "
+                         f"vitlab's own format (vitlab push) keeps it")
+    if rule.rescale is not None:
+        raise refused
+    if detector is not None:  # resized, never cropped; a batch padded at the bottom and right, with its pixel mask
+        if rule.crop is not None:
+            raise refused
+        processor |= {"image_processor_type": detector, "format": "coco_detection", "do_pad": True,
+                      "do_convert_annotations": True, "do_resize": rule.resize is not None or rule.max_size is not None}
+        if isinstance(rule.resize, tuple):
+            processor["size"] = {"height": rule.resize[0], "width": rule.resize[1]}
+        elif rule.resize is not None:
+            if rule.max_size is None:  # transformers' DETR processors cap the longer side always
+                raise refused
+            processor["size"] = {"shortest_edge": rule.resize, "longest_edge": rule.max_size}
+        elif rule.max_size is not None:  # the longer side to max_size, the ratio kept
+            processor["size"] = {"max_height": rule.max_size, "max_width": rule.max_size}
+        if processor["do_resize"] and rule.resampler == "float":
+            warnings.warn("transformers' processors resize 8-bit pixels where this preprocessing resizes unrounded "
+                          "ones (as a detection run's data does): a resized image differs by less than one grey "
+                          "level", stacklevel=4)
+        return processor
+    processor["image_processor_type"] = "ViTImageProcessor"
+    if rule.crop is not None and rule.crop_offset != "floor" and isinstance(rule.resize, int):
+        warnings.warn("transformers' processors place a centre crop by flooring an odd margin where this "
+                      "preprocessing rounds it: some images will be cropped a pixel apart", stacklevel=4)
+    if isinstance(rule.resize, int) and rule.crop is not None:  # shorter side, then the centre: BiT's processor
+        processor |= {"image_processor_type": "BitImageProcessor", "do_resize": True,
+                      "size": {"shortest_edge": rule.resize}, "do_center_crop": True,
+                      "crop_size": {"height": rule.crop[0], "width": rule.crop[1]}}
+    elif isinstance(rule.resize, tuple) and rule.crop is None:
+        processor |= {"do_resize": True, "size": {"height": rule.resize[0], "width": rule.resize[1]}}
+    else:
+        raise refused
+    return processor

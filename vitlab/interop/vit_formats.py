@@ -350,8 +350,8 @@ def _write_transformers(model: Any, preprocessing: dict[str, Any] | None, folder
 
     from safetensors.torch import save_file
 
-    from ..data.preprocessing import Preprocessing
     from ..models.family import family_config
+    from .preprocessing import to_transformers
 
     config = family_config(model)
     family = type(config).family
@@ -377,27 +377,9 @@ def _write_transformers(model: Any, preprocessing: dict[str, Any] | None, folder
               metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(record, indent=2) + "\n")
     if preprocessing:
-        rule = Preprocessing.from_dict(preprocessing)
-        processor: dict[str, Any] = {"image_processor_type": "ViTImageProcessor", "do_rescale": True,
-                                     "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(rule.mean),
-                                     "image_std": list(rule.std), "resample": PIL_RESAMPLE[rule.interpolation],
-                                     "do_convert_rgb": rule.channels == 3}
-        crop = rule.input_size
-        if rule.crop is not None and rule.crop_offset != "floor" and isinstance(rule.resize, int):
-            warnings.warn("transformers' processors place a centre crop by flooring an odd margin where this "
-                          "preprocessing rounds it: some images will be cropped a pixel apart", stacklevel=3)
-        if isinstance(rule.resize, int) and crop is not None:  # shorter side, then the centre: BiT's processor
-            processor |= {"image_processor_type": "BitImageProcessor", "do_resize": True,
-                          "size": {"shortest_edge": rule.resize}, "do_center_crop": True,
-                          "crop_size": {"height": crop[0], "width": crop[1]}}
-        elif isinstance(rule.resize, tuple):
-            processor |= {"do_resize": True, "size": {"height": rule.resize[0], "width": rule.resize[1]}}
-        else:
-            raise ValueError(f"transformers' image processors have no form of this preprocessing ({preprocessing}); "
-                             f"vitlab's own format (vitlab push) keeps it")
+        processor = to_transformers(preprocessing)
         (folder / "preprocessor_config.json").write_text(json.dumps(processor, indent=2) + "\n")
 
 
-PIL_RESAMPLE = {"nearest": 0, "bilinear": 2, "bicubic": 3}  # PIL.Image.Resampling's values, as transformers saves them
 for _family in HF_ARCHITECTURES:
     register_exporter(Exporter("transformers", _family, _write_transformers))

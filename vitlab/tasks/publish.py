@@ -228,7 +228,8 @@ def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: 
         lines += ["Not evaluated on a test set: the run's data had none, or the run has not finished.", ""]
     if run.file(CURVES_FILE).is_file():
         lines += [f"![training curves]({CURVES_FILE})", ""]
-    lines += ["## How to use it", "", "```python", *USAGE[fmt](repo_id), "```", "",
+    usage = USAGE[fmt](repo_id, pipeline_tag or "image-classification")
+    lines += ["## How to use it", "", "```python", *usage, "```", "",
               "```bash", f"vitlab predict hf-hub:{repo_id} image.jpg", "```", "",
               "## Limitations", "",
               f"Measured only on the held-out images of {_data_title(data_name) or 'its data'} listed above. It was "
@@ -239,16 +240,17 @@ def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: 
     return "\n".join(lines)
 
 
-# the lines that load the repository, in the library whose form it has
+# the lines that load the repository (its id, the Hub's pipeline tag for its task), in the library whose form it has
 USAGE = {
-    "vitlab": lambda repo: ["import vitlab", "", f'predict = vitlab.pipeline(model="hf-hub:{repo}")',
-                            'print(predict("image.jpg"))'],
-    "timm": lambda repo: ["import timm", "", f'model = timm.create_model("hf-hub:{repo}", pretrained=True).eval()',
-                          "labels = model.pretrained_cfg['label_names']"],
-    "transformers": lambda repo: ["from transformers import pipeline", "",
-                                  f'classify = pipeline("image-classification", model="{repo}")',
-                                  'print(classify("image.jpg"))'],
-    "diffusers": lambda repo: ["from diffusers import VQModel", "", f'vqgan = VQModel.from_pretrained("{repo}")'],
+    "vitlab": lambda repo, tag: ["import vitlab", "", f'predict = vitlab.pipeline(model="hf-hub:{repo}")',
+                                 'print(predict("image.jpg"))'],
+    "timm": lambda repo, tag: ["import timm", "",
+                               f'model = timm.create_model("hf-hub:{repo}", pretrained=True).eval()',
+                               "labels = model.pretrained_cfg['label_names']"],
+    "transformers": lambda repo, tag: ["from transformers import pipeline", "",
+                                       f'predict = pipeline("{tag}", model="{repo}")', 'print(predict("image.jpg"))'],
+    "diffusers": lambda repo, tag: ["from diffusers import VQModel", "",
+                                    f'vqgan = VQModel.from_pretrained("{repo}")'],
 }
 
 
