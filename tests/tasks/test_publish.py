@@ -94,6 +94,44 @@ def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, lo
     assert answers[0]["top_k"] == answers[1]["top_k"]
 
 
+def test_a_run_pushed_with_its_graphs_answers_by_name_on_them_without_exporting_again(
+        trained, local_hub, tmp_path, capsys, monkeypatch):
+    """--include-graphs: refused while the run keeps no graph of its weights; once `vitlab predict --runtime
+    onnxruntime` made one, the repository holds it (the card lists it, the graph records the labels), and the
+    pushed run read by name answers on it as the run does, with the exporter forbidden."""
+    import vitlab.runtime
+    from vitlab.runtime import load
+    from vitlab.runtime.export import GRAPH_FORMAT
+
+    run = tmp_path / "run"
+    shutil.copytree(trained["cls"], run, ignore=shutil.ignore_patterns("runtime"))
+    image = str(EXAMPLES / "test1-pullover.png")
+    assert main(["push", str(run), "me/vit-graphs", "--include-graphs", "--to", str(tmp_path / "none")]) == 2
+    assert "keeps no runtime graphs of its best weights" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+    assert main(["predict", str(run), image, "--json", "--runtime", "onnxruntime"]) == 0
+    by_run = json.loads(capsys.readouterr().out)
+    assert main(["push", str(run), "me/vit-graphs", "--include-graphs"]) == 0
+    capsys.readouterr()
+    from huggingface_hub import snapshot_download
+
+    folder = Path(snapshot_download("me/vit-graphs"))
+    graphs = sorted(p.name for p in (folder / "graphs").iterdir())
+    assert graphs == [f"model-g{GRAPH_FORMAT}-1x28x28.onnx"]  # the weights' time stamp left out of the name
+    assert f"- `graphs/{graphs[0]}`" in (folder / "README.md").read_text()
+    labels = json.loads((run / "config.json").read_text())["data"]["classes"]
+    assert list(load(folder / "graphs" / graphs[0]).labels) == labels
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("the published graph was exported again")
+
+    monkeypatch.setattr(vitlab.runtime, "export_graph", no_export)
+    assert main(["predict", "hf-hub:me/vit-graphs", image, "--json", "--runtime", "onnxruntime"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    assert [item["top_k"] for item in by_name] == [item["top_k"] for item in by_run]
+
+
 def test_push_uploads_one_commit_each_time_and_the_first_still_reads(trained, local_hub, tmp_path, capsys):
     """`vitlab push` without --to: the repository made, one commit of the folder `--to` writes; a second push (the
     last weights) is a second commit, and the first, pinned by its sha, still answers with the best weights; a

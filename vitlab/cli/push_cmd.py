@@ -23,6 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--message", help="the commit's message (default: vitlab push of RUN_DIR's name)")
     p.add_argument("--weights", choices=("best", "last", "ema"),
                    help="which of the run's weights (default: the ones it selected: best, else last)")
+    p.add_argument("--include-graphs", action="store_true", help="the run's ONNX / OpenVINO / int8 graphs of those "
+                   "weights too (under graphs/, each recording the labels), which `vitlab predict hf-hub:org/name "
+                   "--runtime ...` then uses without exporting again; made by predicting or serving the run on that "
+                   "backend, or by `vitlab quantize`")
     p.add_argument("--license", dest="licence", help="the card's license (default: that of the release it was "
                    "fine-tuned from, else unknown)")
     p.set_defaults(run=run)
@@ -33,11 +37,12 @@ def run(args: argparse.Namespace) -> int:
 
     check_repo_id(args.repo_id)
     if args.to:
-        folder = write_repo(args.run_dir, args.repo_id, args.to, args.weights, args.licence, args.fmt)
+        folder = write_repo(args.run_dir, args.repo_id, args.to, args.weights, args.licence, args.fmt,
+                            args.include_graphs)
         print(f"wrote {folder}: {', '.join(sorted(path.name for path in folder.iterdir()))}")
         return 0
     url = push(args.run_dir, args.repo_id, args.weights, args.licence, private=args.private, revision=args.revision,
-               message=args.message, fmt=args.fmt)
+               message=args.message, fmt=args.fmt, include_graphs=args.include_graphs)
     print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
     print(f"use it: vitlab predict hf-hub:{args.repo_id} IMAGE")
     return 0

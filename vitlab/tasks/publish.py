@@ -27,6 +27,10 @@ from ..engine.run import CONFIG_FILE, CURVES_FILE, PUBLISHED_WEIGHTS, RunDir, re
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 CARD_FILE = "README.md"
 RUN_RECORD_FILE = "vitlab_run.json"  # the run's record in a repository in another library's form (its config.json)
+# --include-graphs: the run's runtime graphs of the published weights (ONNX, OpenVINO, int8), named without the
+# weights file's time stamp: graphs/model-g{GRAPH_FORMAT}-{input}.onnx; a pushed run read by name reuses them
+PUBLISHED_GRAPHS = "graphs"
+GRAPH_SUFFIXES = (".onnx", ".xml", ".bin")
 PUBLISH_FORMATS = ("vitlab", "timm", "transformers", "diffusers")
 # data sets vitlab reads by name, as the Hub knows them
 HUB_DATASETS = {"fashion-mnist": "zalando-datasets/fashion_mnist"}
@@ -41,12 +45,40 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
+def run_graphs(run_dir: str | os.PathLike, weights: str) -> dict[str, Path]:
+    """The runtime graphs a run keeps of its `weights` (RUN/runtime/, each recording the model's labels), by the
+    names they take in a repository."""
+    from ..runtime.export import run_cache
+
+    cache_dir, prefix = run_cache(run_dir, weights)
+    graph_format = prefix.rsplit("-", 1)[1]
+    return {f"{PUBLISHED_GRAPHS}/{PUBLISHED_WEIGHTS}-{graph_format}-{path.name.removeprefix(prefix + '-')}": path
+            for path in sorted(cache_dir.glob(f"{prefix}-*")) if path.suffix in GRAPH_SUFFIXES and path.is_file()}
+
+
+def seed_published_graphs(snapshot: Path, cache_dir: Path, prefix: str) -> None:
+    """A pushed run's graphs (`graphs/` of its snapshot, in this vitlab's graph format) copied into the graph cache
+    of its name, under the cache's file names, where they are not there yet: a graph found there is used as it is,
+    so the first call does not export the model again."""
+    graph_format = prefix.rsplit("-", 1)[1]
+    published = f"{PUBLISHED_WEIGHTS}-{graph_format}-"
+    for path in sorted((snapshot / PUBLISHED_GRAPHS).glob(f"{published}*")):
+        target = cache_dir / f"{prefix}-{path.name.removeprefix(published)}"
+        if target.exists():
+            continue
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        shutil.copyfile(path, partial)
+        os.replace(partial, target)
+
+
 def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, weights: str | None = None,
-               licence: str | None = None, fmt: str = "vitlab") -> Path:
+               licence: str | None = None, fmt: str = "vitlab", include_graphs: bool = False) -> Path:
     """The repository's files for the run at `run_dir`, written to the new folder `to` (refused where it holds
     anything), all or nothing: they are written beside it and moved into place at the end. `weights`: best, last
     or ema (default: the ones the run selected). `fmt`: vitlab's own form, or timm's, transformers' or diffusers'
-    (interop/exporters.py: the model in that library's files, the run's record beside them as vitlab_run.json)."""
+    (interop/exporters.py: the model in that library's files, the run's record beside them as vitlab_run.json).
+    `include_graphs`: the run's ONNX / OpenVINO / int8 graphs of those weights too, under graphs/."""
     check_repo_id(repo_id)
     run = RunDir(run_dir)
     saved = run.read_config()
@@ -58,7 +90,13 @@ def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, 
     target = Path(to)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise FileExistsError(f"{target} already holds files; give a new or empty folder for the repository")
-    card = model_card(run.path, repo_id, which, licence, fmt)
+    graphs = run_graphs(run.path, which) if include_graphs else {}
+    if include_graphs and not graphs:
+        raise FileNotFoundError(
+            f"{run.path} keeps no runtime graphs of its {which} weights to include: make them first (vitlab predict "
+            f"{run.path} IMAGE --runtime onnxruntime or openvino; vitlab quantize {run.path} for int8), or push "
+            f"without --include-graphs")
+    card = model_card(run.path, repo_id, which, licence, fmt, graphs=sorted(graphs))
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
@@ -79,6 +117,9 @@ def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, 
         (staging / CARD_FILE).write_text(card)
         if run.file(CURVES_FILE).is_file():
             shutil.copyfile(run.file(CURVES_FILE), staging / CURVES_FILE)
+        for name, path in graphs.items():
+            (staging / name).parent.mkdir(exist_ok=True)
+            shutil.copyfile(path, staging / name)
         if target.exists():
             target.rmdir()  # empty: checked above
         staging.rename(target)
@@ -89,7 +130,8 @@ def write_repo(run_dir: str | os.PathLike, repo_id: str, to: str | os.PathLike, 
 
 
 def push(run_dir: str | os.PathLike, repo_id: str, weights: str | None = None, licence: str | None = None, *,
-         private: bool = False, revision: str | None = None, message: str | None = None, fmt: str = "vitlab") -> str:
+         private: bool = False, revision: str | None = None, message: str | None = None, fmt: str = "vitlab",
+         include_graphs: bool = False) -> str:
     """The run's repository files (`write_repo`) uploaded to the Hub as one commit (the repository created where it
     is new, `private` then; `revision`: a branch, made from main where it is new). Returns the commit's URL."""
     from huggingface_hub import HfApi
@@ -97,7 +139,7 @@ def push(run_dir: str | os.PathLike, repo_id: str, weights: str | None = None, l
     check_repo_id(repo_id)
     api = HfApi()
     with tempfile.TemporaryDirectory(prefix="vitlab-push-") as staging:
-        folder = write_repo(run_dir, repo_id, Path(staging) / "repo", weights, licence, fmt)
+        folder = write_repo(run_dir, repo_id, Path(staging) / "repo", weights, licence, fmt, include_graphs)
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
@@ -133,9 +175,9 @@ def run_figures(run_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: str | None = None,
-               fmt: str = "vitlab") -> str:
+               fmt: str = "vitlab", graphs: list[str] | tuple[str, ...] = ()) -> str:
     """The README.md of the run's repository: YAML front matter the Hub reads, then what the model is, its labels,
-    data, training, results, use, limitations and citation."""
+    data, training, results, use (with the runtime `graphs` the repository holds), limitations and citation."""
     from huggingface_hub import EvalResult, ModelCardData
 
     from ..models.family import family_config
@@ -230,8 +272,13 @@ def model_card(run_dir: str | os.PathLike, repo_id: str, weights: str, licence: 
         lines += [f"![training curves]({CURVES_FILE})", ""]
     usage = USAGE[fmt](repo_id, pipeline_tag or "image-classification")
     lines += ["## How to use it", "", "```python", *usage, "```", "",
-              "```bash", f"vitlab predict hf-hub:{repo_id} image.jpg", "```", "",
-              "## Limitations", "",
+              "```bash", f"vitlab predict hf-hub:{repo_id} image.jpg", "```", ""]
+    if graphs:
+        lines += ["Graphs for ONNX Runtime and OpenVINO, exported by vitlab from these weights (each records the "
+                  "labels); `vitlab predict` and `vitlab serve` with `--runtime onnxruntime` or `openvino` use them "
+                  "as they are, and each loads alone with `vitlab.runtime.load(FILE)`:", "",
+                  *[f"- `{name}`" for name in graphs if not name.endswith(".bin")], ""]
+    lines += ["## Limitations", "",
               f"Measured only on the held-out images of {_data_title(data_name) or 'its data'} listed above. It was "
               "not tested on other data, other image sizes or kinds of picture than those, nor for robustness or "
               "bias; its figures say nothing about them.", ""]

@@ -55,7 +55,12 @@ class Source:
             return run_cache(self.run_dir, self.weights, None if self.weights in WEIGHT_NAMES else fetch(self.weights))
         # a name's graphs (a pushed run's too: its snapshot in the hub cache is never written to)
         folder = cache_dir() / GRAPH_CACHE / re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name.removeprefix("hf-hub:"))
-        return run_cache(folder, self.name, fetch(self.name))
+        cache = run_cache(folder, self.name, fetch(self.name))
+        if self.run_dir is not None:  # a pushed run: the graphs it was published with (--include-graphs), if any
+            from .publish import seed_published_graphs
+
+            seed_published_graphs(self.run_dir, *cache)
+        return cache
 
 
 def is_run_folder(path: str | os.PathLike) -> bool:
