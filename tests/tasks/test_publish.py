@@ -132,6 +132,26 @@ def test_a_run_pushed_with_its_graphs_answers_by_name_on_them_without_exporting_
     assert [item["top_k"] for item in by_name] == [item["top_k"] for item in by_run]
 
 
+def test_each_tasks_run_pushed_to_the_hub_answers_by_name_as_the_run_does(trained, local_hub, tmp_path, capsys):
+    """A detection, a segmentation and a VQGAN run, each pushed to the local Hub: by name they give the run's
+    detections (every query, threshold 0), its mask and its reconstruction, byte for byte."""
+    scene = str(sorted((trained["scenes"] / "images" / "test").glob("*.png"))[0])
+    commands = {"detr": ["predict", "{}", scene, "--json", "--threshold", "0", "--out", "{out}"],
+                "setr": ["predict", "{}", scene, "--json", "--out", "{out}"],
+                "vqgan": ["reconstruct", "{}", scene, "--json", "--out", "{out}"]}
+    for name, command in commands.items():
+        assert main(["push", str(trained[name]), f"me/{name}-hub"]) == 0
+        answers = []
+        for source, out in ((str(trained[name]), tmp_path / f"{name}-run"), (f"hf-hub:me/{name}-hub",
+                                                                             tmp_path / f"{name}-name")):
+            capsys.readouterr()
+            assert main([part.format(source, out=out) for part in command]) == 0
+            printed = json.dumps(json.loads(capsys.readouterr().out)).replace(str(out), "OUT")
+            answers.append((printed, {p.name: p.read_bytes() for p in sorted(out.iterdir())}))
+        assert answers[0][0] == answers[1][0], name
+        assert answers[0][1] and answers[0][1] == answers[1][1], name
+
+
 def test_push_uploads_one_commit_each_time_and_the_first_still_reads(trained, local_hub, tmp_path, capsys):
     """`vitlab push` without --to: the repository made, one commit of the folder `--to` writes; a second push (the
     last weights) is a second commit, and the first, pinned by its sha, still answers with the best weights; a
