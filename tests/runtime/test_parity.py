@@ -158,6 +158,42 @@ def test_a_saved_deformable_detrs_graph_is_right_at_sizes_other_than_the_first(t
     torch.testing.assert_close(out.pred_boxes, expected.pred_boxes, atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("variant, backend", [({"with_box_refine": True}, "openvino"),
+                                              ({"with_box_refine": True, "two_stage": True}, "onnxruntime")],
+                         ids=["box_refine", "two_stage"])
+def test_refining_and_two_stage_deformable_detr_graphs_sample_each_level_in_one_op_and_equal_torch(
+        variant, backend, tmp_path):
+    """The exported Deformable DETR reads each level with one GridSample (no gather of corners), in the encoder
+    and in every decoder layer; with box refinement (on OpenVINO) and two-stage proposals (on onnxruntime; the plain
+    model is on both in the test above), landscape and portrait, a padded batch included, it gives torch's logits
+    and boxes."""
+    import onnx
+
+    torch.manual_seed(0)
+    model = vitlab.create_model("deformable_detr_small", enc_layers=1, dec_layers=2, backbone_stages=(3, 4),
+                                num_levels=3, **variant).eval()
+    with torch.no_grad():  # every refining head its own, as training leaves them
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    images, mask = torch.randn(2, 3, 96, 128), torch.zeros(2, 96, 128, dtype=torch.bool)
+    mask[1, 70:] = True
+    mask[1, :, 90:] = True
+    engine = runtime.load(model, backend=backend, cache_dir=tmp_path)
+    for shape in [(1, 3, 96, 128), (2, 3, 128, 96)]:
+        x = torch.randn(*shape)
+        assert_same(engine.named(x), reference("deformable_detr", model, (x,)), shape)
+    with torch.inference_mode():
+        expected = model(images, mask)
+    out = engine(images, mask)
+    torch.testing.assert_close(out.logits, expected.logits, atol=1e-4, rtol=0)
+    torch.testing.assert_close(out.pred_boxes, expected.pred_boxes, atol=1e-4, rtol=0)
+    if backend == "onnxruntime":
+        ops = [node.op_type for node in onnx.load(str(next(tmp_path.glob("*.onnx")))).graph.node]
+        assert ops.count("GridSample") == (1 + 2) * 3  # each deformable attention, each of its 3 levels
+        assert "GatherND" not in ops  # the corners' gather of GRAPH_FORMAT 3
+
+
 def test_vit_on_onnxruntime_takes_numpy_and_gives_numpy_with_a_free_batch():
     model, _ = build("vit")
     engine = runtime.load(model, backend="onnxruntime")

@@ -45,15 +45,22 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .mlp import Mlp
 
+LevelShapes = torch.Tensor | list[tuple[int, int]]  # (L, 2) as (H_l, W_l), or the same as a list of pairs
+
 
 def spatial_shapes_of(maps: list[torch.Tensor]) -> torch.Tensor:
-    """[(B, C, h_l, w_l)] maps -> (L, 2) long tensor of their (h_l, w_l), computed from the maps' sizes.
+    """[(B, C, h_l, w_l)] maps -> (L, 2) long tensor of their (h_l, w_l), computed from the maps' sizes."""
+    return shapes_tensor([tuple(m.shape[-2:]) for m in maps], maps[0].device)
+
+
+def shapes_tensor(shapes: list[tuple[int, int]], device: torch.device | str | None = None) -> torch.Tensor:
+    """[(h_l, w_l)] -> (L, 2) long tensor.
 
     Built from one scalar per size, not `torch.as_tensor` of a Python list: under torch.export a list of sizes
     becomes a constant of the example's shapes, and a graph made at one image size would then read the wrong
     rows at every other (vitlab ≤ 0.1.0's Deformable DETR graphs did); the scalars stay symbolic."""
-    return torch.stack([torch.stack([torch.scalar_tensor(size, dtype=torch.long, device=m.device)
-                                     for size in m.shape[-2:]]) for m in maps])
+    return torch.stack([torch.stack([torch.scalar_tensor(size, dtype=torch.long, device=device) for size in pair])
+                        for pair in shapes])
 
 
 def level_start_index(spatial_shapes: torch.Tensor) -> torch.Tensor:
@@ -253,43 +260,61 @@ def multi_scale_deformable_attention_reference(value: torch.Tensor, spatial_shap
     -> (B, Q, heads·head_dim).
     """
     _check_shapes(value, sampling_locations, attention_weights)
-    batch, length, heads, head_dim = value.shape
-    _, queries, _, levels, points, _ = sampling_locations.shape
-    shapes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
+    return _sample_by_grid(value, _level_list(spatial_shapes, value.shape[1]), sampling_locations, attention_weights)
+
+
+def _level_list(spatial_shapes: LevelShapes, length: int) -> list[tuple[int, int]]:
+    """The level shapes as Python numbers (read back from a tensor), checked against the values' S pixels."""
+    if isinstance(spatial_shapes, torch.Tensor):
+        spatial_shapes = spatial_shapes.tolist()
+    shapes = [(int(h), int(w)) for h, w in spatial_shapes]
     if sum(h * w for h, w in shapes) != length:
-        raise ValueError(f"the levels {spatial_shapes.tolist()} hold {sum(h * w for h, w in shapes)} pixels, "
-                         f"but value has S={length}")
+        raise ValueError(f"the levels {shapes} hold {sum(h * w for h, w in shapes)} pixels, but value has "
+                         f"S={length}")
+    return shapes
+
+
+def _sample_by_grid(value: torch.Tensor, shapes: list[tuple[int, int]], sampling_locations: torch.Tensor,
+                    attention_weights: torch.Tensor) -> torch.Tensor:
+    """The reference's sum: one `grid_sample` per level, the samples weighted and summed. `shapes` may be symbolic
+    (an exported graph's: one GridSample node a level, for any image size)."""
+    batch, _, heads, head_dim = value.shape
+    _, queries, _, levels, points, _ = sampling_locations.shape
     grid = 2 * sampling_locations - 1  # grid_sample's coordinates: -1 and 1 are the maps' outer edges
-    samples = []
+    weights = attention_weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels, points)
+    out = value.new_zeros(())
     for level, level_value in enumerate(value.split([h * w for h, w in shapes], dim=1)):
         height, width = shapes[level]
         # one map per image and head: (B, H·W, heads, head_dim) -> (B·heads, head_dim, H, W)
         maps = level_value.permute(0, 2, 3, 1).reshape(batch * heads, head_dim, height, width)
         # where each query's points fall on this level: (B, Q, heads, P, 2) -> (B·heads, Q, P, 2)
         points_xy = grid[:, :, :, level].transpose(1, 2).reshape(batch * heads, queries, points, 2)
-        samples.append(F.grid_sample(maps, points_xy, mode="bilinear", padding_mode="zeros", align_corners=False))
-    sampled = torch.stack(samples, dim=3)  # L × (B·heads, head_dim, Q, P) -> (B·heads, head_dim, Q, L, P)
-    weights = attention_weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels, points)
-    out = (sampled * weights).sum((3, 4))  # (B·heads, head_dim, Q)
+        sampled = F.grid_sample(maps, points_xy, mode="bilinear", padding_mode="zeros", align_corners=False)
+        out = out + (sampled * weights[:, :, :, level]).sum(-1)  # (B·heads, head_dim, Q, P) -> (…, Q)
     # heads side by side, as the fast path and the output projection have them: -> (B, Q, heads·head_dim)
     return out.view(batch, heads * head_dim, queries).transpose(1, 2)
 
 
-def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.Tensor,
+def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: LevelShapes,
                                      sampling_locations: torch.Tensor,
                                      attention_weights: torch.Tensor) -> torch.Tensor:
     """Σ over levels and points of the attention weight times the bilinearly sampled value, per head: the fast
     path (the module docstring), equal to `multi_scale_deformable_attention_reference` up to float rounding.
 
-    value (B, S, heads, head_dim); spatial_shapes (L, 2) as (H, W); sampling_locations (B, Q, heads, L, P, 2) in
-    [0, 1]; attention_weights (B, Q, heads, L, P) -> (B, Q, heads·head_dim).
+    value (B, S, heads, head_dim); spatial_shapes (L, 2) as (H, W), or the list of (H, W) pairs (the maps' own
+    sizes, symbolic in an exported graph); sampling_locations (B, Q, heads, L, P, 2) in [0, 1]; attention_weights
+    (B, Q, heads, L, P) -> (B, Q, heads·head_dim).
     """
     _check_shapes(value, sampling_locations, attention_weights)
     batch, length, heads, head_dim = value.shape
     queries = sampling_locations.shape[1]
     if torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export() or torch.jit.is_tracing():
-        # one graph for every size: no Python list of the level shapes (it would hold the traced size's), a gather
-        # of the corners instead of embedding_bag, which the runtimes have
+        if not isinstance(spatial_shapes, torch.Tensor):
+            # one GridSample a level, the form ONNX Runtime and OpenVINO run fastest
+            # (benchmarks/results/deform_attn_forms.md), its sizes the maps' own, symbolic
+            return _sample_by_grid(value, list(spatial_shapes), sampling_locations, attention_weights)
+        # only the shapes' tensor: a gather of the corners (one graph for every size: a Python list of the tensor's
+        # values would hold the traced size's), which every runtime has
         rows, weights = _corner_rows_and_weights(value.shape, spatial_shapes, sampling_locations, attention_weights)
         table = value.reshape(batch * length * heads, head_dim)
         out = (table[rows] * weights[..., None].to(table.dtype)).sum(1)  # (B·Q·heads, head_dim)
@@ -300,18 +325,16 @@ def multi_scale_deformable_attention(value: torch.Tensor, spatial_shapes: torch.
         # graphs around it at every image size. Training keeps its own backward between graphs
         if torch.is_grad_enabled():
             return _sample_eagerly(value, spatial_shapes, sampling_locations, attention_weights)
+        if not isinstance(spatial_shapes, torch.Tensor):
+            spatial_shapes = shapes_tensor(list(spatial_shapes), value.device)
         return _deformable_sampling_op(value, spatial_shapes, sampling_locations, attention_weights)
     return _sample(value, spatial_shapes, sampling_locations, attention_weights)
 
 
-def _sample(value: torch.Tensor, spatial_shapes: torch.Tensor, sampling_locations: torch.Tensor,
+def _sample(value: torch.Tensor, spatial_shapes: LevelShapes, sampling_locations: torch.Tensor,
             attention_weights: torch.Tensor) -> torch.Tensor:
-    """The fast path's sum (the module docstring), eagerly: the level shapes read back as Python numbers."""
-    length = value.shape[1]
-    shapes = [(int(h), int(w)) for h, w in spatial_shapes.tolist()]
-    if sum(h * w for h, w in shapes) != length:
-        raise ValueError(f"the levels {spatial_shapes.tolist()} hold {sum(h * w for h, w in shapes)} pixels, "
-                         f"but value has S={length}")
+    """The fast path's sum (the module docstring), eagerly: the level shapes as Python numbers."""
+    shapes = _level_list(spatial_shapes, value.shape[1])
     return _DeformableSampling.apply(value, sampling_locations, attention_weights, shapes)
 
 
@@ -371,10 +394,11 @@ class MSDeformAttn(nn.Module):
             nn.init.zeros_(projection.bias)
 
     def forward(self, query: torch.Tensor, reference_points: torch.Tensor, value: torch.Tensor,
-                spatial_shapes: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+                spatial_shapes: LevelShapes, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """query (B, Q, dim) with its position already added; reference_points (B, Q, L, 2) as (x, y) or
         (B, Q, L, 4) as boxes (cx, cy, w, h), in [0, 1] of each level's valid area; value (B, S, dim) the
-        flattened maps; spatial_shapes (L, 2); padding_mask (B, S) True at padding -> (B, Q, dim)."""
+        flattened maps; spatial_shapes (L, 2), or the maps' [(H_l, W_l)] (an exported graph then samples each
+        level with one GridSample); padding_mask (B, S) True at padding -> (B, Q, dim)."""
         batch, queries, _ = query.shape
         heads, levels, points = self.n_heads, self.n_levels, self.n_points
         value = self.value_proj(value)
@@ -385,7 +409,9 @@ class MSDeformAttn(nn.Module):
         weights = self.attention_weights(query).view(batch, queries, heads, levels * points).softmax(-1)
         weights = weights.view(batch, queries, heads, levels, points)
         if reference_points.shape[-1] == 2:  # offsets in pixels of each level
-            width_height = spatial_shapes.flip(-1).to(offsets.dtype)
+            shapes = spatial_shapes if isinstance(spatial_shapes, torch.Tensor) else shapes_tensor(
+                list(spatial_shapes), offsets.device)
+            width_height = shapes.flip(-1).to(offsets.dtype)
             locations = reference_points[:, :, None, :, None, :] + offsets / width_height[None, None, None, :, None]
         elif reference_points.shape[-1] == 4:  # offsets in fractions of the box's half-size, P points spread out
             centre, size = reference_points[:, :, None, :, None, :2], reference_points[:, :, None, :, None, 2:]
@@ -413,7 +439,7 @@ class DeformableEncoderBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, reference_points: torch.Tensor,
-                spatial_shapes: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+                spatial_shapes: LevelShapes, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.norm1(x + self.drop1(self.self_attn(x + pos, reference_points, x, spatial_shapes, padding_mask)))
         return self.norm2(x + self.mlp(x))
 
@@ -439,7 +465,7 @@ class DeformableDecoderBlock(nn.Module):
         self.norm3 = nn.LayerNorm(dim)
 
     def forward(self, x: torch.Tensor, query_pos: torch.Tensor, reference_points: torch.Tensor,
-                memory: torch.Tensor, spatial_shapes: torch.Tensor,
+                memory: torch.Tensor, spatial_shapes: LevelShapes,
                 memory_padding_mask: torch.Tensor | None = None, self_mask: torch.Tensor | None = None
                 ) -> torch.Tensor:
         """self_mask: which queries each query may attend to, broadcastable to (B, heads, N, N), True = may (or

@@ -35,7 +35,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn, spatial_shapes_of
+from ..layers.deform_attn import DeformableDecoderBlock, DeformableEncoderBlock, MSDeformAttn
 from ..layers.pos_embed import sine_box_embed, sine_pos_embed_2d
 from .backbones import RESNETS, ResNetBackbone, downsample_mask
 from .denoising import DenoisingEmbedding, DenoisingQueries
@@ -155,8 +155,7 @@ class DeformableTransformer(nn.Module):
         Returns each decoder layer's output (B, N, D) (with denoising (B, Q + N, D)), the reference each layer's
         boxes are relative to ((B, N, 2 or 4), in [0, 1]), and, two-stage, the encoder's proposal scores and
         boxes."""
-        spatial_shapes = [tuple(s.shape[-2:]) for s in sources]
-        shapes = spatial_shapes_of(sources)  # (L, 2), symbolic in an exported graph
+        spatial_shapes = [tuple(s.shape[-2:]) for s in sources]  # symbolic in an exported graph
         x = torch.cat([s.flatten(2).transpose(1, 2) for s in sources], 1)  # (B, S, D)
         pos = torch.cat([p.flatten(2).transpose(1, 2) + self.level_embed[level]
                          for level, p in enumerate(positions)], 1)
@@ -164,7 +163,7 @@ class DeformableTransformer(nn.Module):
         ratios = torch.stack([valid_ratios(m) for m in masks], 1)  # (B, L, 2)
         reference = encoder_reference_points(spatial_shapes, ratios)
         for block in self.encoder:
-            x = block(x, pos, reference, shapes, padding)
+            x = block(x, pos, reference, spatial_shapes, padding)
         memory, batch, encoder_output = x, x.shape[0], None
 
         if self.two_stage:
@@ -198,7 +197,8 @@ class DeformableTransformer(nn.Module):
         outputs, references, h = [], [], target
         for index, block in enumerate(self.decoder):
             scale = ratios if reference.shape[-1] == 2 else torch.cat([ratios, ratios], -1)
-            h = block(h, query_pos, reference[:, :, None] * scale[:, None], memory, shapes, padding, self_mask)
+            h = block(h, query_pos, reference[:, :, None] * scale[:, None], memory, spatial_shapes, padding,
+                      self_mask)
             outputs.append(h)
             references.append(reference)
             if box_refine:  # this layer's box is the next layer's reference, without a gradient through it

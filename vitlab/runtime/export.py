@@ -78,8 +78,9 @@ def export_graph(graph: Graph, path: str | os.PathLike, fmt: str = "onnx", optim
 # The form of the graphs export_graph writes, in the names of the graphs a run caches: a vitlab that writes them
 # differently exports them again instead of reusing the older form. Version 2: a ViT's attention in one
 # MultiHeadAttention op, no SkipLayerNormalization. Version 3: Deformable DETR's level shapes computed in the graph
-# from its maps (version 2 held the export size's as constants, and answered wrongly at every other size).
-GRAPH_FORMAT = 3
+# from its maps (version 2 held the export size's as constants, and answered wrongly at every other size). Version 4:
+# Deformable DETR samples each level with one GridSample (version 3 gathered every sample's four corners).
+GRAPH_FORMAT = 4
 
 
 def run_cache(run_dir: str | os.PathLike, weights: str, source: str | os.PathLike | None = None
