@@ -288,6 +288,21 @@ def test_setr_speed_benchmark_times_the_encoder_against_the_vit(tmp_path):
     assert "decoders' share" in (tmp_path / "t.md").read_text()
 
 
+@pytest.mark.slow
+def test_deform_attn_forms_times_each_exported_form_on_both_runtimes_and_profiles_them(tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("openvino")
+    record = _load_script("deform_attn_forms").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    forms = ("grid_sample", "corner gather", "corner gather MatMul", "grid_sample MatMul")
+    assert [(r["form"], r["runtime"]) for r in record["rows"]] == [("vitlab torch", "torch")] + [
+        (form, runtime) for form in forms for runtime in ("onnxruntime", "openvino")]
+    assert all(r["ms"] > 0 and r["max_abs_diff"] < 1e-5 for r in record["rows"])  # each form is the same sum
+    assert set(record["best"]["small"]) == {"onnxruntime", "openvino"}
+    assert "GridSample" in record["profiles"]["small"]["grid_sample"]
+    assert "GatherND" in record["profiles"]["small"]["corner gather"]
+    assert "| small | grid_sample | onnxruntime |" in (tmp_path / "t.md").read_text()
+
+
 def test_deform_attn_speed_benchmark_times_both_cores(tmp_path):
     rows = _load_script("deform_attn_speed").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
     assert [(r["shape"], r["mode"]) for r in rows] == [(s, m) for s in ("encoder", "decoder")

@@ -20,8 +20,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["onnx", "openvino", "exported-program", "timm", "transformers", "diffusers"],
                    default="onnx",
                    help="onnx (onnxruntime), openvino (an .xml with its .bin) or exported-program (torch.export "
-                   ".pt2); timm, transformers (ViT, DeiT), diffusers (VQGAN): a folder that library loads "
-                   "(default: onnx)")
+                   ".pt2); timm, transformers, diffusers: a folder that library loads, for a family it has a "
+                   "form of (another is refused, naming the formats its family has) (default: onnx)")
     p.add_argument("--out", help="file to write (default: RUN_DIR/model.onnx, model.xml or model.pt2; a release: "
                    "NAME.onnx here; a restorer with several tasks: one file per task, model-TASK.onnx); for timm, "
                    "transformers or diffusers a new folder (default: RUN_DIR/FORMAT, NAME-FORMAT)")
