@@ -188,6 +188,38 @@ def test_bad_image_is_named_or_skipped(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_a_preempted_training_exits_resumable_and_resume_auto_finishes_it_bit_for_bit(tmp_path, capsys):
+    """`vitlab train --resume auto --out DIR` as a requeued job runs it: SIGTERM (a scheduler taking the machine)
+    stops the first process after its step, with a checkpoint and the resume command, exit status 75; the same
+    command again resumes there and ends on the weights of an uninterrupted run, bit for bit. The same command
+    with other options is refused, naming what differs."""
+    options = ["train", *TINY, "--epochs", "3", "--seed", "1", "--threads", "1", "--checkpoint-every-steps", "2"]
+    straight = tmp_path / "straight"
+    assert main([*options, "--out", str(straight)]) == 0
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "vitlab", *options, "--resume", "auto", "--out", str(run)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (run / "state.pt").exists() and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 75, stderr[-2000:]
+    assert "(SIGTERM)" in stderr and f"vitlab train --resume {run}" in stderr
+    steps = torch.load(run / "state.pt", weights_only=True)["step"]
+    capsys.readouterr()
+    assert main([*options, "--resume", "auto", "--out", str(run), "--lr", "0.5"]) == 2
+    assert "holds another run (lr: " in capsys.readouterr().err
+    assert main([*options, "--resume", "auto", "--out", str(run)]) == 0
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["step"] > steps  # it went on from there
+    a = read_state_dict(straight / "last.safetensors")[0]
+    b = read_state_dict(run / "last.safetensors")[0]
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], atol=0, rtol=0, msg=key)
+
+
+@pytest.mark.slow
 def test_killed_process_resumes_to_the_same_weights(tmp_path):
     """SIGKILL a real training process at an arbitrary moment; the checkpoint left behind is readable and
     resuming from it gives the weights of an uninterrupted run. (The uninterrupted run and the resumption run in

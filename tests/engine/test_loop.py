@@ -278,3 +278,95 @@ def test_curves_default_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("VITLAB_CURVES", "sometimes")
     with pytest.raises(ValueError, match="curves must be one of every, end, never"):
         LoopConfig()
+
+
+# ---- checkpoints inside an epoch, and stopping when asked ----------------------------------------------------------
+TIMINGS = ("train_time_s", "elapsed_s", "train_examples_per_s")
+
+
+def without_timings(rows: list[dict]) -> list[dict]:
+    return [{key: value for key, value in row.items() if key not in TIMINGS and not key.endswith("_per_s")}
+            for row in rows]
+
+
+class Killed(Exception):
+    """A process killed at this moment: nothing after it runs (no handler writes anything)."""
+
+
+def killed_at(task_cls, call: int):
+    """The task, its process killed inside its `call`-th training step (between the forward and the update)."""
+
+    class Dying(task_cls):
+        calls = 0
+
+        def loss(self, model, batch):
+            Dying.calls += 1
+            if Dying.calls == call:
+                raise Killed
+            return super().loss(model, batch)
+
+    return Dying
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_run_killed_inside_an_epoch_resumes_from_its_inside_checkpoint_to_the_same_bits(tmp_path, stream):
+    """Checkpoints every 3 steps, the process killed in step 14 (the epoch's 6th, or between two stream rows): the
+    run resumes at step 11 or 13 (not at the epoch's start or the last row), ends on the uninterrupted run's
+    weights bit for bit, and its metrics rows are the uninterrupted run's (the epoch's training figures included:
+    its first steps' losses travelled in the checkpoint), each once."""
+    straight, _ = run_toy(Regression, tmp_path / "straight", stream=stream)
+    with pytest.raises(Killed):
+        run_toy(killed_at(Regression, 14), tmp_path / "killed", stream=stream, checkpoint_every_steps=3)
+    state = RunDir(tmp_path / "killed").load_state()
+    assert state["step"] == (13 if stream else 11)  # the last inside checkpoint before the kill
+    assert state["partial"]["batches"] == 3  # the steps since the last metrics row (at 10, or the epoch's end 8)
+    resumed, _ = run_toy(Regression, tmp_path / "killed", resume=True, stream=stream, checkpoint_every_steps=3)
+    for key, value in straight.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[key], value, atol=0, rtol=0, msg=key)
+    assert without_timings(RunDir(tmp_path / "killed").read_metrics()) == without_timings(
+        RunDir(tmp_path / "straight").read_metrics())
+
+
+def test_a_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_the_resume_command(tmp_path):
+    """SIGTERM in the middle of step 11 (inside epoch 2): the step finishes, a checkpoint is written, RunStopped
+    names the resume command; resumed, the run ends on the uninterrupted weights. The signal's handler is the
+    process's own again afterwards."""
+    import os
+    import signal
+
+    from vitlab.engine.loop import RunStopped
+
+    class Preempted(Regression):
+        calls = 0
+
+        def loss(self, model, batch):
+            Preempted.calls += 1
+            if Preempted.calls == 11:
+                os.kill(os.getpid(), signal.SIGTERM)  # a scheduler taking the machine back
+            return super().loss(model, batch)
+
+    straight, _ = run_toy(Regression, tmp_path / "straight")
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RunStopped, match=r"stopped at step 11 \(SIGTERM\).*vitlab train --resume"):
+        run_toy(Preempted, tmp_path / "run")
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert RunDir(tmp_path / "run").load_state()["step"] == 11
+    resumed, _ = run_toy(Regression, tmp_path / "run", resume=True)
+    for key, value in straight.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[key], value, atol=0, rtol=0, msg=key)
+
+
+def test_an_inside_checkpoint_follows_the_clock_and_zero_minutes_is_refused(tmp_path, monkeypatch):
+    from vitlab.engine import loop as loop_module
+    from vitlab.engine.options import OptionError
+
+    clock = iter(range(0, 10_000, 7))  # each reading of the clock 7 s after the last
+    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: float(next(clock)))
+    saves = []
+    monkeypatch.setattr(RunDir, "save_state", lambda self, state: saves.append((state["step"], "partial" in state)))
+    run_toy(Regression, tmp_path / "run", checkpoint_every=0.5)  # 30 s
+    inside = [step for step, partial in saves if partial]
+    assert inside and all(step % 8 for step in inside)  # between the epoch checkpoints (steps 8, 16, 24)
+    assert [step for step, partial in saves if not partial] == [8, 16, 24]
+    with pytest.raises(OptionError, match="checkpoint_every must be a positive number of minutes"):
+        LoopConfig(epochs=1, checkpoint_every=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from typing import Any
 
 from ..commands import command
@@ -73,8 +74,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="start over in an --out folder that already holds a run (default: refuse)")
     p.add_argument("--resume", metavar="RUN_DIR", default=argparse.SUPPRESS,
                    help="continue a run that stopped, from its last checkpoint, with its own options; only the "
-                   "run's length, this stop's limits, --data-dir, --device, --threads, --workers and --compile may "
-                   "change (default: a new run)")
+                   "run's length, this stop's limits, --data-dir, --device, --threads, --workers, --compile and the "
+                   "checkpoint intervals may change. `--resume auto --out DIR`: resume the run in DIR where it "
+                   "holds a checkpoint of this same run, else start it there (for torchrun --max-restarts and "
+                   "schedulers that requeue a job) (default: a new run)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,17 +87,28 @@ def run(args: argparse.Namespace) -> int:
 
 def train_and_report(task: str, options: dict[str, Any]) -> int:
     from ..engine.distributed import launched_by_torchrun, shutdown
-    from ..tasks import resume, train
+    from ..engine.loop import RunStopped
+    from ..tasks import resume, train, train_or_resume
 
     resume_dir = options.pop("resume", None)
     try:
-        if resume_dir is not None:
+        if resume_dir == "auto":
+            if "out" not in options or "overwrite" in options:
+                raise ValueError("--resume auto needs --out DIR (the run's folder, resumed where it holds this run's "
+                                 "checkpoint), and no --overwrite")
+            _refuse_other_tasks(task, options)
+            result = train_or_resume(task, options.pop("out"), **options)
+        elif resume_dir is not None:
             if "out" in options or "overwrite" in options:
                 raise ValueError("--resume continues a run in its own folder; leave out --out and --overwrite")
             result = resume(resume_dir, **options)
         else:
             _refuse_other_tasks(task, options)
             result = train(task, **options)
+    except RunStopped as stopped:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"vitlab train: {stopped}", file=sys.stderr)
+        return RunStopped.EXIT_STATUS
     finally:
         shutdown()
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks

@@ -57,6 +57,12 @@ class LoopConfig:
                                        "at lr·F^(L−i) (e.g. 0.75)", metavar="F")
     eval_every: int = option(1, "evaluate and checkpoint every this many epochs (every this many optimizer steps "
                              "for data without epochs), and at the end", default_text="the task's")
+    checkpoint_every: float = option(10.0, "also write a resumable checkpoint inside an epoch every this many minutes "
+                                     "(the model, optimizer, schedule, random streams, the position in the data and "
+                                     "the epoch's running figures: a killed or preempted run resumes there, as if "
+                                     "never stopped); an epoch shorter than this never writes one", metavar="MIN")
+    checkpoint_every_steps: int | None = option(None, "write that checkpoint every this many optimizer steps "
+                                                "instead of minutes", metavar="N")
     max_epochs_this_run: int | None = option(None, "stop after this many epochs, to resume later")
     max_steps_this_run: int | None = option(None, "stop after this many optimizer steps, to resume later")
     seed: int = option(0, "seed for weights, data order and augmentation")
@@ -92,6 +98,10 @@ class LoopConfig:
         check(self.ema_decay == 0 or 0 < self.ema_decay < 1, "ema_decay", "0 (off) or in (0, 1)", self.ema_decay)
         check(self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "in (0, 1]", self.layer_decay)
         check(self.eval_every >= 1, "eval_every", "at least 1", self.eval_every)
+        check(self.checkpoint_every > 0, "checkpoint_every", "a positive number of minutes (give a large one, or "
+              "--checkpoint-every-steps, for fewer checkpoints)", self.checkpoint_every)
+        check(self.checkpoint_every_steps is None or self.checkpoint_every_steps >= 1, "checkpoint_every_steps",
+              "at least 1", self.checkpoint_every_steps)
         for name in ("max_epochs_this_run", "max_steps_this_run", "threads"):
             value = getattr(self, name)
             check(value is None or value >= 1, name, "at least 1", value)

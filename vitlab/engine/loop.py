@@ -13,6 +13,10 @@ The loop owns what every task needs, once:
 - a progress bar, a metrics row at each evaluation, atomic checkpoints in a `RunDir`, the best checkpoint by
   the validation metric the task names (`task.best = ("val_acc", "max")`), and exact resume: the data order, the
   data stream's state and every RNG stream are saved, so a killed run continues draw for draw;
+- checkpoints inside an epoch too (every `checkpoint_every` minutes or `checkpoint_every_steps` steps: the
+  training state and the epoch's running figures, no metrics row), and a stop on SIGTERM or a first Ctrl-C: the
+  step in flight finishes, such a checkpoint is written and `RunStopped` says how to resume (every process of a
+  torchrun launch stops at the same step);
 - honest figures: `task.evaluate` scores the validation data at each evaluation (logged as `val_<key>`), the best
   checkpoint is chosen on those alone, and the test data is scored once, when the schedule is complete, on the
   selected checkpoint (one last row of `test_<key>`).
@@ -35,6 +39,8 @@ import dataclasses
 import json
 import re
 import shlex
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -208,14 +214,52 @@ class Trainable:
         return None
 
 
+class RunStopped(Exception):
+    """The run stopped when asked to (SIGTERM, a first Ctrl-C), after writing a checkpoint it resumes from."""
+
+    EXIT_STATUS = 75  # EX_TEMPFAIL: stopped, and resumable; what `vitlab train` exits with
+
+    def __init__(self, run_dir: str, step: int, why: str) -> None:
+        self.run_dir, self.step = run_dir, step
+        super().__init__(f"stopped at step {step} ({why}), with a checkpoint to resume from: "
+                         f"vitlab train --resume {shlex.quote(run_dir)}")
+
+
 def fit(task: Trainable, model: nn.Module, data: TaskData, config: LoopConfig, run: RunDir, *, resume: bool = False,
         run_info: dict[str, Any] | None = None, dist: DistInfo | None = None) -> dict[str, Any]:
     """Train `model` on `data.train` with `task.loss`, select on `task.evaluate(model, data.val)`, and score
     `data.test` once at the end; returns the last validation row merged with the test row.
 
     resume: continue from run/state.pt. run_info: what config.json records beside the loop's config. Only rank 0
-    of a torchrun launch writes files and prints."""
-    return _Loop(task, model, data, config, run, run_info or {}, dist).run(resume)
+    of a torchrun launch writes files and prints. Raises RunStopped when stopped by SIGTERM or a first Ctrl-C."""
+    loop = _Loop(task, model, data, config, run, run_info or {}, dist)
+    with _stop_on_signals(loop):
+        return loop.run(resume)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(loop: _Loop) -> Iterator[None]:
+    """SIGTERM (a scheduler taking the machine back) and a first SIGINT ask the loop to stop after the step in
+    flight; a second SIGINT aborts at once. Only the main thread can hold signal handlers: elsewhere (a notebook's
+    worker thread) the signals keep their own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def asked(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and loop.stop_requested:
+            raise KeyboardInterrupt
+        loop.stop_requested = signal.Signals(signum).name
+        if loop.dist.is_main:
+            tqdm.write(f"{loop.stop_requested}: stopping after this step, with a checkpoint"
+                       + (" (Ctrl-C again aborts without one)" if signum == signal.SIGINT else ""))
+
+    before = {signum: signal.signal(signum, asked) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 class _Loop:
@@ -247,6 +291,8 @@ class _Loop:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.fp16)
         self.stepper = Stepper(optimizers, schedulers, modules, self.scaler, config, self.device)
         self.step, self.best, self.best_row, self.elapsed_before = 0, None, None, 0.0
+        self.partial: dict[str, Any] | None = None  # the epoch's running figures at a mid-epoch checkpoint
+        self.stop_requested: str | None = None  # the signal's name, once one asks the run to stop
 
     # -- state --------------------------------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -262,6 +308,7 @@ class _Loop:
             self.ema.load_state_dict(state["ema"])
         self.step, self.best, self.elapsed_before = int(state["step"]), state["best"], float(state["elapsed_s"])
         self.best_row = state.get("best_row")
+        self.partial = state.get("partial")
         mine = self._rng_for_rank(state["per_rank"])
         set_rng_state(mine["rng"])
         if mine["data"] is not None:
@@ -304,23 +351,53 @@ class _Loop:
                 run.save_weights("best", self.model, provenance)
             if self.ema is not None:
                 run.save_weights("ema", self.ema.module, provenance)
-            state = {
-                "model": self.model.state_dict(),
-                "optimizers": {n: o.state_dict() for n, o in self.stepper.optimizers.items()},
-                "schedulers": {n: s.state_dict() for n, s in self.stepper.schedulers.items()},
-                "scaler": self.scaler.state_dict(), "step": self.step, "best": self.best, "best_row": self.best_row,
-                "elapsed_s": row["elapsed_s"], "per_rank": per_rank,
-            }
-            if "epoch" in row:
-                state["epoch"] = row["epoch"]  # for a reader; resuming goes by the step
-            if self.ema is not None:
-                state["ema"] = self.ema.state_dict()
-            run.save_state(state)
+            run.save_state(self._state(per_rank, row["elapsed_s"]))
             if self.config.curves == "every":
                 run.plot_curves()  # at every checkpoint, so a run stopped early still has its picture
             tqdm.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()
                                    if not isinstance(v, dict)}))
         barrier(self.dist)  # no rank runs ahead of a checkpoint it may have to resume from
+
+    def _state(self, per_rank: list[dict[str, Any]], elapsed_s: float,
+               partial: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What state.pt holds: everything the run continues from, draw for draw."""
+        state = {
+            "model": self.model.state_dict(),
+            "optimizers": {n: o.state_dict() for n, o in self.stepper.optimizers.items()},
+            "schedulers": {n: s.state_dict() for n, s in self.stepper.schedulers.items()},
+            "scaler": self.scaler.state_dict(), "step": self.step, "best": self.best, "best_row": self.best_row,
+            "elapsed_s": elapsed_s, "per_rank": per_rank,
+        }
+        if self.epochs_data:  # for a reader; resuming goes by the step
+            epoch = self.step / self.steps_per_epoch
+            state["epoch"] = int(epoch) if epoch.is_integer() else round(epoch, 4)
+        if self.ema is not None:
+            state["ema"] = self.ema.state_dict()
+        if partial is not None:
+            state["partial"] = partial
+        return state
+
+    def _checkpoint_inside(self, partial: dict[str, Any], elapsed_s: float) -> None:
+        """A checkpoint between two evaluations: state.pt alone, with the figures the next metrics row averages
+        so far (`partial`); no row, no weights file. A collective, as `_checkpoint`."""
+        data_state = None if self.epochs_data else self.data.train.state_dict()
+        per_rank = gather_objects({"rng": rng_state(), "data": data_state}, self.dist)
+        if self.dist.is_main:
+            self.run_dir.save_state(self._state(per_rank, elapsed_s, partial))
+        barrier(self.dist)
+
+    def _inside_checkpoint_due(self, saved_step: int, saved_at: float) -> tuple[bool, bool]:
+        """(a checkpoint inside the epoch is due, the run was asked to stop), the same on every process: a
+        clock or a signal differs between processes, so under torchrun the two flags are agreed on (any rank's
+        stop stops all, at this step)."""
+        every = self.config.checkpoint_every_steps
+        due = (self.step - saved_step >= every) if every else (time.perf_counter() - saved_at >=
+                                                               60 * self.config.checkpoint_every)
+        stop = self.stop_requested is not None
+        if self.dist.distributed:  # one small all-reduce a step, beside the gradients' own
+            due_all, stop_all = all_reduce_sum([float(due), float(stop)], self.dist)
+            due, stop = due_all > 0, stop_all > 0
+        return due, stop
 
     # -- running ------------------------------------------------------------------------------------------------
     def run(self, resume: bool) -> dict[str, Any]:
@@ -363,8 +440,11 @@ class _Loop:
         self.model.train()
         bar = tqdm(total=end, initial=self.step, dynamic_ncols=True, mininterval=1.0, leave=False,
                    disable=not dist.is_main)
-        sums: dict[str, float] = {}
-        seen, batches, segment_start = 0, 0, time.perf_counter()
+        partial = self.partial or {}  # a run resumed inside an epoch goes on averaging its figures
+        sums: dict[str, float] = dict(partial.get("sums", {}))
+        seen, batches, segment_before = partial.get("seen", 0), partial.get("batches", 0), partial.get("segment_s", 0.)
+        segment_start = saved_at = time.perf_counter()
+        saved_step = self.step
         for batch, last_of_step in self._batches():
             losses = self._train_on(batch, last_of_step)
             for key, value in losses.items():
@@ -381,19 +461,33 @@ class _Loop:
             rate = seen / max(time.perf_counter() - segment_start, 1e-9)
             bar.set_postfix(loss=f"{sums['loss'] / batches:.3f}", refresh=False,
                             **{f"{self.task.sample_name}_s": f"{rate:.0f}"})
+            inside_due, stop = self._inside_checkpoint_due(saved_step, saved_at)
             if self._checkpoint_due(end):
-                elapsed = time.perf_counter() - segment_start
+                elapsed = segment_before + time.perf_counter() - segment_start
                 row = self._row(sums, batches, seen, elapsed, run_start, evaluate=self._evaluation_due(end))
                 self._checkpoint(row)
-                sums, seen, batches, segment_start = {}, 0, 0, time.perf_counter()
+                sums, seen, batches, segment_before = {}, 0, 0, 0.0
+                segment_start = saved_at = time.perf_counter()
+                saved_step = self.step
+            elif inside_due or stop:
+                segment = segment_before + time.perf_counter() - segment_start
+                self._checkpoint_inside({"sums": sums, "batches": batches, "seen": seen, "segment_s": segment},
+                                        self.elapsed_before + time.perf_counter() - run_start)
+                saved_step, saved_at = self.step, time.perf_counter()
             if self.step >= end:
                 break
+            if stop:
+                bar.close()
+                self._stopped()
         bar.close()
         if self.step >= self.total_steps:
             row = {**row, **self._score_test(run_start)}
         if config.curves == "end" and dist.is_main and row:
             self.run_dir.plot_curves()
         return row
+
+    def _stopped(self) -> None:
+        raise RunStopped(str(self.run_dir.path), self.step, self.stop_requested or "asked to stop")
 
     def _score_test(self, run_start: float | None = None) -> dict[str, Any]:
         """The one look at the test data: the selected checkpoint (best.safetensors; the last weights where the run

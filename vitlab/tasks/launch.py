@@ -12,6 +12,7 @@ order: what the caller gave, the task's recipe for its data, the dataclass defau
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,12 @@ from ..engine.config import LoopConfig
 from ..engine.distributed import barrier, broadcast_object, init_distributed
 from ..engine.loop import fit
 from ..engine.options import FixedOptionsError, from_dict, split_options
-from ..engine.run import RunDir, RunFileError
+from ..engine.run import STATE_FILE, RunDir, RunFileError
 from .base import Task
 
 # loop options a resumed run may change; the rest must stay what the run started with
 RESUMABLE = ("epochs", "steps", "max_epochs_this_run", "max_steps_this_run", "device", "threads", "compile",
-             "workers", "curves")
+             "workers", "curves", "checkpoint_every", "checkpoint_every_steps")
 
 
 def get_task(name: str) -> type[Task]:
@@ -94,6 +95,36 @@ def resume(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
     # this stop's limits apply to this stop only
     loop = dataclasses.replace(loop, max_epochs_this_run=None, max_steps_this_run=None, **loop_changes)
     return _run(cls, config, loop, str(run.path), overwrite=False, saved=saved)
+
+
+def train_or_resume(task: str, out: str | Path, **options: Any) -> dict[str, Any]:
+    """`vitlab train --resume auto --out DIR`: resume the run in `out` where it holds a checkpoint of this same run
+    (the same task and options, but for the RESUMABLE ones, which take the new values), start it there otherwise (a
+    new or empty folder, or this run stopped before its first checkpoint). A folder holding another run is refused,
+    naming what differs. What a torchrun job with --max-restarts runs: each restart comes back where the last
+    checkpoint left it."""
+    run = RunDir(out)
+    if not run.file("config.json").is_file():
+        return train(task, out=str(out), **options)
+    saved = run_config(run)
+    cls = get_task(task)
+    if saved["task"] != task:
+        raise ValueError(f"--resume auto: {out} holds a {saved['task']} run, not a {task} one; give another --out")
+    task_options, loop_options = split_options(options, cls.Config, LoopConfig)
+    config = cls.Config(**task_options)
+    loop = loop_config(cls, config, loop_options)
+    changeable = set(RESUMABLE + cls.resumable)
+    mine = json.loads(json.dumps({**dataclasses.asdict(config), **dataclasses.asdict(loop)}))
+    theirs = {**saved["config"], **saved.get("loop", {})}
+    # None: the task's default, which the task resolved when the run started (config.json holds the value)
+    differ = sorted(key for key in mine if key not in changeable and key in theirs and mine[key] is not None
+                    and mine[key] != theirs[key])
+    if differ:
+        shown = "; ".join(f"{key}: {theirs[key]!r} there, {mine[key]!r} now" for key in differ)
+        raise ValueError(f"--resume auto: {out} holds another run ({shown}); give another --out, or the same options")
+    if not run.file(STATE_FILE).is_file():  # this run, stopped before its first checkpoint: start it again
+        return train(task, out=str(out), overwrite=True, **options)
+    return resume(out, **{key: value for key, value in options.items() if key in changeable})
 
 
 def _run(cls: type[Task], config: Any, loop: LoopConfig, out: str | None, overwrite: bool,
