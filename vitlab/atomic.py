@@ -5,8 +5,10 @@ can read a run. Every layer may use this (run folders, generated data sets, expo
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -40,9 +42,29 @@ def replacing(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the file
         os.replace(tmp, path)  # atomic on POSIX
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise DiskFullError(path, Path(tmp)) from error
+        raise
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+class DiskFullError(OSError):
+    """The disk filled up while a file was written: the file is as it was before (the partial one is removed)."""
+
+    def __init__(self, path: Path, partial: Path) -> None:
+        written = partial.stat().st_size if partial.exists() else 0
+        before = path.stat().st_size if path.exists() else 0
+        free = shutil.disk_usage(path.parent).free
+        mib = 1 << 20
+        need = f"about {before / mib:.0f} MiB (the size of the file it replaces)" if before else \
+            f"more than the {written / mib:.0f} MiB written"
+        kept = f"{path.name} is intact, as it was before" if before else f"no {path.name} was made"
+        super().__init__(errno.ENOSPC, f"the disk filled up while writing {path} ({written / mib:.0f} MiB written, "
+                                       f"{free / mib:.0f} MiB free now); {kept}. Free {need} on that disk and run "
+                                       f"the command again")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "wb") -> None:

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import safetensors.torch
+import torch
 
 import vitlab.checkpoint
 from tests.engine.conftest import tiny_options
@@ -47,6 +48,7 @@ def test_truncated_weights_name_the_file_and_the_way_out(finished_run, tmp_path,
 
 def test_truncated_state_cannot_resume_and_says_to_start_from_the_weights(finished_run, tmp_path, capsys):
     run = copy_run(finished_run, tmp_path / "run")
+    (run / "state.prev.pt").unlink(missing_ok=True)  # a folder an older vitlab wrote: no previous checkpoint
     cut_in_half(run / "state.pt")
     with pytest.raises(RunFileError, match=r"state\.pt is damaged.*--weights .*last\.safetensors"):
         RunDir(run).load_state()
@@ -56,6 +58,54 @@ def test_truncated_state_cannot_resume_and_says_to_start_from_the_weights(finish
     (run / "state.pt").write_bytes(b"not a checkpoint at all")
     with pytest.raises(RunFileError, match=r"state\.pt is damaged"):
         RunDir(run).load_state()
+
+
+def test_a_damaged_last_checkpoint_falls_back_to_the_one_before_and_says_so(tmp_path):
+    """Each save keeps the checkpoint before it whole (state.prev.pt); a state.pt cut short (a machine that died
+    while an older writer wrote it) or missing resumes from that one, with a warning naming it."""
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.save_state({"step": 8, "weights": torch.arange(4.0)})
+    assert not run.file("state.prev.pt").exists()
+    run.save_state({"step": 16, "weights": torch.arange(4.0) * 2})
+    assert run.load_state()["step"] == 16 and torch.load(run.file("state.prev.pt"))["step"] == 8
+    cut_in_half(run.file("state.pt"))
+    with pytest.warns(UserWarning, match=r"state\.pt is damaged.*resuming from the checkpoint before it, "
+                                         r"state\.prev\.pt \(step 8\)"):
+        assert run.load_state()["step"] == 8
+    run.file("state.pt").unlink()
+    with pytest.warns(UserWarning, match=r"state\.pt is missing.*state\.prev\.pt"):
+        assert run.load_state()["step"] == 8
+    cut_in_half(run.file("state.prev.pt"))  # nothing whole left: the error is the last file's own
+    run.save_state({"step": 24})
+    cut_in_half(run.file("state.pt"))
+    with pytest.raises(RunFileError, match=r"state\.pt is damaged"):
+        run.load_state()
+
+
+def test_a_disk_that_fills_up_mid_save_leaves_the_checkpoint_as_it_was_and_says_how_much_is_needed(tmp_path,
+                                                                                                  monkeypatch):
+    import errno
+
+    from vitlab.atomic import DiskFullError
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.save_state({"step": 8, "weights": torch.zeros(300_000)})
+    before = run.file("state.pt").read_bytes()
+
+    def full_disk(obj, f):
+        f.write(b"x" * 100_000)  # part of the file, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(DiskFullError, match=r"the disk filled up while writing .*state\.pt \(0 MiB written, "
+                                            r"\d+ MiB free now\); state\.pt is intact.*Free about 1 MiB"):
+        run.save_state({"step": 16, "weights": torch.ones(300_000)})
+    assert run.file("state.pt").read_bytes() == before and not run.file("state.prev.pt").exists()
+    assert sorted(p.name for p in run.path.iterdir()) == ["state.pt"]  # no partial file left behind
+    monkeypatch.undo()
+    assert run.load_state()["step"] == 8
 
 
 def test_invalid_config_json_is_named(finished_run, tmp_path, capsys):

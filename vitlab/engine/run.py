@@ -20,29 +20,28 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..atomic import atomic_write, write_json
+from ..atomic import atomic_write, replacing, write_json
 from ..models.family import family_config
 
 CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE = "config.json", "metrics.jsonl", "state.pt", "curves.png"
+PREVIOUS_STATE_FILE = "state.prev.pt"  # the checkpoint before state.pt, kept whole while a new one is written
 WEIGHT_NAMES = ("last", "best", "ema")
 PUBLISHED_WEIGHTS = "model"  # model.safetensors: the weights of a run written for the Hub (vitlab push), its only ones
 # the command line of the `vitlab` process (cli/main.py sets it): a run records what started it
 COMMAND_LINE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("command_line", default=None)
-RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, CURVES_FILE, *(f"{name}.safetensors" for name in WEIGHT_NAMES))
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, STATE_FILE, PREVIOUS_STATE_FILE, CURVES_FILE,
+             *(f"{name}.safetensors" for name in WEIGHT_NAMES))
 
 
 class RunFileError(ValueError):
     """A file of a run folder that exists but cannot be read: truncated, or not written by vitlab."""
-
-
-def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -221,13 +220,41 @@ class RunDir:
 
     # -- state.pt ----------------------------------------------------------------------------------------------
     def save_state(self, state: dict[str, Any]) -> None:
-        atomic_torch_save(state, self.file(STATE_FILE))
+        """state.pt, the one before it kept as state.prev.pt: the new file is written and fsynced beside them, the
+        current one becomes the previous, then the new one the current, so that at every instant the folder holds
+        a complete checkpoint (a disk that fills up mid-write leaves both as they were, and says so)."""
+        path, previous = self.file(STATE_FILE), self.file(PREVIOUS_STATE_FILE)
+        with replacing(path) as tmp:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if path.is_file():
+                os.replace(path, previous)
 
     def load_state(self) -> dict[str, Any]:
-        path = self.file(STATE_FILE)
-        if not path.is_file():
+        """state.pt; where it is missing or damaged (a machine that died while an older vitlab wrote it, a copied
+        folder) and the previous checkpoint is whole, that one, with a warning naming it."""
+        path, previous = self.file(STATE_FILE), self.file(PREVIOUS_STATE_FILE)
+        if not path.is_file() and not previous.is_file():
             raise FileNotFoundError(f"nothing to resume in {self.path}: {STATE_FILE} is missing (the run stopped "
                                     f"before its first checkpoint); start it again without --resume")
+        try:
+            return self._read_state(path)
+        except (FileNotFoundError, RunFileError) as error:
+            if not previous.is_file():
+                raise
+            try:
+                state = self._read_state(previous)
+            except RunFileError:
+                raise error from None
+            warnings.warn(f"{error}; resuming from the checkpoint before it, {previous.name} (step "
+                          f"{state['step']}): the steps after it are trained again", stacklevel=2)
+            return state
+
+    def _read_state(self, path: Path) -> dict[str, Any]:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing")
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:

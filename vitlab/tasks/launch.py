@@ -24,7 +24,7 @@ from ..engine.config import LoopConfig
 from ..engine.distributed import barrier, broadcast_object, init_distributed
 from ..engine.loop import fit
 from ..engine.options import FixedOptionsError, from_dict, split_options
-from ..engine.run import STATE_FILE, RunDir, RunFileError
+from ..engine.run import PREVIOUS_STATE_FILE, STATE_FILE, RunDir, RunFileError
 from .base import Task
 
 # loop options a resumed run may change; the rest must stay what the run started with
@@ -122,7 +122,8 @@ def train_or_resume(task: str, out: str | Path, **options: Any) -> dict[str, Any
     if differ:
         shown = "; ".join(f"{key}: {theirs[key]!r} there, {mine[key]!r} now" for key in differ)
         raise ValueError(f"--resume auto: {out} holds another run ({shown}); give another --out, or the same options")
-    if not run.file(STATE_FILE).is_file():  # this run, stopped before its first checkpoint: start it again
+    if not any(run.file(name).is_file() for name in (STATE_FILE, PREVIOUS_STATE_FILE)):
+        # this run, stopped before its first checkpoint: start it again
         return train(task, out=str(out), overwrite=True, **options)
     return resume(out, **{key: value for key, value in options.items() if key in changeable})
 
