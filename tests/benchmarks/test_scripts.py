@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -301,6 +302,32 @@ def test_deform_attn_forms_times_each_exported_form_on_both_runtimes_and_profile
     assert "GridSample" in record["profiles"]["small"]["grid_sample"]
     assert "GatherND" in record["profiles"]["small"]["corner gather"]
     assert "| small | grid_sample | onnxruntime |" in (tmp_path / "t.md").read_text()
+
+
+def test_checkpoint_cost_writes_a_models_training_state_as_the_loop_does_and_times_it(tmp_path):
+    record = _load_script("checkpoint_cost").main(["--quick", "--out", str(tmp_path), "--tag", "t"])
+    (row,) = record["rows"]
+    # weights and AdamW's two moments: about three times the weights' bytes
+    assert 3 * 4 * row["parameters"] / 2**20 <= row["state_mib"] < 3.3 * 4 * row["parameters"] / 2**20
+    assert row["on_disk_mib"] == pytest.approx(2 * row["state_mib"], rel=0.01)  # state.prev.pt beside it
+    assert row["save_s"] > 0 and row["overhead_at_default"] == pytest.approx(row["save_s"] / 600)
+    assert "| vit_tiny_patch16_224 |" in (tmp_path / "t_quick.md").read_text()
+
+
+@pytest.mark.slow
+def test_int8_detection_scores_a_detection_runs_int8_graph_on_its_test_split(trained, tmp_path):
+    pytest.importorskip("onnxruntime")
+    run = tmp_path / "run"
+    shutil.copytree(trained["detr"], run, ignore=shutil.ignore_patterns("runtime"))
+    record = _load_script("int8_detection").main(["--run", str(run), "--backends", "onnxruntime", "--out",
+                                                   str(tmp_path), "--tag", "t"])
+    rows = {(r["runtime"], r["precision"]): r for r in record["rows"]}
+    assert set(rows) == {("torch", "fp32"), ("onnxruntime", "fp32"), ("onnxruntime", "int8")}
+    saved = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert rows["torch", "fp32"]["map_50"] == pytest.approx(saved["test_map_50"])  # the run's own test figure
+    assert rows["onnxruntime", "fp32"]["map_50"] == pytest.approx(saved["test_map_50"], abs=1e-4)
+    assert "bbox_embed*" in rows["onnxruntime", "int8"]["kept_fp32"]
+    assert record["bar"]["worst"] == rows["onnxruntime", "int8"]["map_50_minus_fp32"]
 
 
 def test_deform_attn_speed_benchmark_times_both_cores(tmp_path):
