@@ -4,7 +4,7 @@ place), timed, with its size on disk, and the share of training time it takes at
 (`--checkpoint-every 10` minutes).
 
     python benchmarks/checkpoint_cost.py                  # vit_base_patch16_224, deformable_detr_resnet50, ipt_base
-    python benchmarks/checkpoint_cost.py --quick          # a tiny ViT, one save
+    python benchmarks/checkpoint_cost.py --quick          # a tiny ViT, two saves
 
 The state is what the loop saves: the model's weights, AdamW's two moments for every parameter (after one step, so
 they exist), the schedule, the gradient scaler and the random streams. Each save is timed `--repeats` times (the
@@ -91,14 +91,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to write the checkpoints (default: a temporary folder)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny ViT, one save")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a tiny ViT, two saves")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--tag", default="checkpoint_cost")
     from benchmarks.harness import add_beside_option, machine, write_results
 
     add_beside_option(parser)
     args = parser.parse_args(argv)
-    models, repeats = (["vit_tiny_patch16_224"], 1) if args.quick else (args.models, args.repeats)
+    # two saves at least: the second keeps the first as state.prev.pt, as a run's do
+    models, repeats = (["vit_tiny_patch16_224"], 2) if args.quick else (args.models, max(args.repeats, 2))
     with tempfile.TemporaryDirectory(prefix="vitlab-checkpoint-", dir=args.dir) as work:
         rows = [measure(name, repeats, Path(work)) for name in models]
         disk = {"path": str(Path(work).parent), "free_gib": shutil.disk_usage(work).free / 2**30}

@@ -301,7 +301,7 @@ def test_deform_attn_forms_times_each_exported_form_on_both_runtimes_and_profile
     assert set(record["best"]["small"]) == {"onnxruntime", "openvino"}
     assert "GridSample" in record["profiles"]["small"]["grid_sample"]
     assert "GatherND" in record["profiles"]["small"]["corner gather"]
-    assert "| small | grid_sample | onnxruntime |" in (tmp_path / "t.md").read_text()
+    assert "| grid_sample | onnxruntime |" in (tmp_path / "t.md").read_text()
 
 
 def test_checkpoint_cost_writes_a_models_training_state_as_the_loop_does_and_times_it(tmp_path):
@@ -326,7 +326,7 @@ def test_int8_detection_scores_a_detection_runs_int8_graph_on_its_test_split(tra
     saved = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
     assert rows["torch", "fp32"]["map_50"] == pytest.approx(saved["test_map_50"])  # the run's own test figure
     assert rows["onnxruntime", "fp32"]["map_50"] == pytest.approx(saved["test_map_50"], abs=1e-4)
-    assert "bbox_embed*" in rows["onnxruntime", "int8"]["kept_fp32"]
+    assert any(kept.startswith("bbox_embed") for kept in rows["onnxruntime", "int8"]["kept_fp32"])  # the box head
     assert record["bar"]["worst"] == rows["onnxruntime", "int8"]["map_50_minus_fp32"]
 
 

@@ -2,6 +2,7 @@
 file a run writes; a write killed half way leaves the previous file readable."""
 
 import json
+import shutil
 
 import pytest
 import safetensors.torch
@@ -123,6 +124,7 @@ def test_overwrite_removes_every_file_a_run_writes(finished_run, tmp_path):
     run = copy_run(finished_run, tmp_path / "run")
     assert main(["eval", str(run), "--json"]) == 0  # adds confusion.png
     (run / ".last.safetensors.abc.tmp").write_bytes(b"left by a killed write")
+    shutil.copyfile(run / "state.pt", run / "state.prev.pt")  # a run with a second checkpoint keeps its first
     written = {path.name for path in run.iterdir()}
     assert {"ema.safetensors", "confusion.png", *RUN_FILES} <= written
     RunDir(run).prepare(overwrite=True, extra_files=ClassificationTask.extra_files)
