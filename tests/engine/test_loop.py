@@ -370,3 +370,77 @@ def test_an_inside_checkpoint_follows_the_clock_and_zero_minutes_is_refused(tmp_
     assert [step for step, partial in saves if not partial] == [8, 16, 24]
     with pytest.raises(OptionError, match="checkpoint_every must be a positive number of minutes"):
         LoopConfig(epochs=1, checkpoint_every=0)
+
+
+def resumable(folder) -> bool:
+    return (folder / "state.pt").exists() or (folder / "state.prev.pt").exists()
+
+
+def train_until_killed(folder, kind: str, nth: int) -> None:
+    """In a forked child: the toy run (resumed where a checkpoint is), SIGKILLed at its `nth` moment of `kind`:
+    inside a training step, inside an evaluation, or half-way through writing state.pt."""
+    import os
+    import signal
+
+    calls = {"step": 0, "evaluation": 0, "save": 0}
+
+    def moment(what: str) -> None:
+        calls[what] += 1
+        if what == kind and calls[what] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)  # no handler runs, nothing is cleaned up
+
+    class Doomed(Regression):
+        def loss(self, model, batch):
+            moment("step")
+            return super().loss(model, batch)
+
+        def evaluate(self, model, data):
+            moment("evaluation")
+            return super().evaluate(model, data)
+
+    real_save = torch.save
+
+    def half_then_killed(obj, f, *args, **kwargs):
+        if kind == "save" and calls["save"] + 1 == nth:
+            f.write(b"\0" * 1000)  # part of the file, then the machine is gone
+            f.flush()
+        moment("save")
+        return real_save(obj, f, *args, **kwargs)
+
+    torch.save = half_then_killed
+    run_toy(Doomed, folder, resume=resumable(folder), checkpoint_every_steps=2, epochs=6)
+
+
+def test_a_run_killed_at_ten_random_moments_ends_as_if_never_stopped(tmp_path):
+    """Fault injection: a process training the toy run is SIGKILLed (no handler, nothing cleaned up) at ten random
+    moments, inside training steps, inside evaluations and half-way through writing state.pt, each time resumed by
+    the next one; the run then ends on the uninterrupted run's weights bit for bit, with each metrics row once and
+    the same. Each process is a fork of this one, so ten starts cost milliseconds."""
+    import os
+    import random
+
+    straight, _ = run_toy(Regression, tmp_path / "straight", checkpoint_every_steps=2, epochs=6)  # 48 steps
+    folder = tmp_path / "run"
+    chooser = random.Random(0)
+    within = {"step": 8, "evaluation": 2, "save": 4}  # each process dies before it could finish the run
+    moments = [(kind, chooser.randint(1, within[kind])) for kind in chooser.choices(list(within), k=10)]
+    killed = 0
+    for kind, nth in moments:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                torch.set_num_threads(1)
+                train_until_killed(folder, kind, nth)
+                status = 0  # the run ended before its nth such moment
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, (kind, nth, status)
+        killed += os.WIFSIGNALED(status)
+    assert killed == 10 and {kind for kind, _ in moments} == set(within)
+    resumed, _ = run_toy(Regression, folder, resume=resumable(folder), checkpoint_every_steps=2, epochs=6)
+    for key, value in straight.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[key], value, atol=0, rtol=0, msg=key)
+    assert without_timings(RunDir(folder).read_metrics()) == without_timings(
+        RunDir(tmp_path / "straight").read_metrics())
