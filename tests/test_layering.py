@@ -157,7 +157,8 @@ def task_files(task: str) -> set[Path]:
 
 
 DEFAULT_TASK = {PACKAGE / "cli" / "train_cmd.py", PACKAGE / "tasks" / "launch.py"}  # `vitlab train` without --task
-OTHER_MEANING = {(PACKAGE / "data" / "scenes.py", "segmentation")}  # a COCO annotation's field
+OTHER_MEANING = {(PACKAGE / "data" / "scenes.py", "segmentation"),  # a COCO annotation's field
+                 (PACKAGE / "interop" / "set_prediction_keys.py", "resnet")}  # transformers' model_type of a backbone
 
 
 def test_no_family_or_task_is_named_outside_its_own_files():
