@@ -350,8 +350,8 @@ TABLES: dict[str, Callable[[dict], str]] = {
     "deformable_detr_speed": _rendered_by("detr_speed"),
     **{name: _rendered_by(name) for name in (
         "denoising_detection", "setr_pretraining", "seq2seq_tasks", "detr_scenes", "detr_speed", "deform_attn_speed",
-        "deform_attn_forms", "checkpoint_cost", "int8_detection", "setr_speed", "vqgan_speed", "fashion_mnist_recipe",
-        "ddp_speedup", "deit_distillation", "vqgan_fashion_mnist")},
+        "deform_attn_forms", "checkpoint_cost", "int8_detection", "first_call", "setr_speed", "vqgan_speed",
+        "fashion_mnist_recipe", "ddp_speedup", "deit_distillation", "vqgan_fashion_mnist")},
     **{f"transfer_{system}": _rendered_by("transfer", "report") for system in ("detection", "segmentation",
                                                                                 "classification")},
 }
