@@ -40,7 +40,6 @@ import json
 import re
 import shlex
 import signal
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -242,10 +241,6 @@ def _stop_on_signals(loop: _Loop) -> Iterator[None]:
     """SIGTERM (a scheduler taking the machine back) and a first SIGINT ask the loop to stop after the step in
     flight; a second SIGINT aborts at once. Only the main thread can hold signal handlers: elsewhere (a notebook's
     worker thread) the signals keep their own."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def asked(signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and loop.stop_requested:
             raise KeyboardInterrupt
@@ -254,7 +249,11 @@ def _stop_on_signals(loop: _Loop) -> Iterator[None]:
             tqdm.write(f"{loop.stop_requested}: stopping after this step, with a checkpoint"
                        + (" (Ctrl-C again aborts without one)" if signum == signal.SIGINT else ""))
 
-    before = {signum: signal.signal(signum, asked) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:  # signal.signal refuses a thread that is not the interpreter's main one (its own test, not threading's)
+        before = {signum: signal.signal(signum, asked) for signum in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:
+        yield
+        return
     try:
         yield
     finally:
