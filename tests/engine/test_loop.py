@@ -6,6 +6,7 @@ accumulating 2 batches of b equals one batch of 2b."""
 from __future__ import annotations
 
 import random
+import traceback
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -359,6 +360,10 @@ def test_a_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_the_resume
                 said = str(stopped)
                 ok = "stopped at step 11 (SIGTERM)" in said and "vitlab train --resume" in said
                 status = RunStopped.EXIT_STATUS if ok and signal.getsignal(signal.SIGTERM) is before else 2
+            else:
+                status = 3  # the run ended without stopping
+        except BaseException:
+            traceback.print_exc()  # the child's own error, in the test's report
         finally:
             os._exit(status)
     _, status = os.waitpid(pid, 0)
@@ -446,6 +451,8 @@ def test_a_run_killed_at_ten_random_moments_ends_as_if_never_stopped(tmp_path):
                 torch.set_num_threads(1)
                 train_until_killed(folder, kind, nth)
                 status = 0  # the run ended before its nth such moment
+            except BaseException:
+                traceback.print_exc()
             finally:
                 os._exit(status)
         _, status = os.waitpid(pid, 0)
