@@ -328,46 +328,72 @@ def test_a_run_killed_inside_an_epoch_resumes_from_its_inside_checkpoint_to_the_
         RunDir(tmp_path / "straight").read_metrics())
 
 
-def test_a_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_the_resume_command(tmp_path):
-    """SIGTERM in the middle of step 11 (inside epoch 2): the step finishes, a checkpoint is written, RunStopped
-    names the resume command; resumed, the run ends on the uninterrupted weights. The signal's handler is the
-    process's own again afterwards. The run is in a forked process: only a main thread can hold a signal handler
-    (a test worker's may not be one), and a SIGTERM it does not catch must not end the test session."""
+def in_a_clean_child(target, *args) -> int:
+    """Run `target(*args)` in a child process and return its exit code (negative: the signal that ended it). The
+    child is forked from multiprocessing's fork server, a process that never ran autograd: a fork of this test
+    process cannot run a backward pass once autograd started its device threads here (an earlier test in the same
+    worker may have: "Unable to handle autograd's threading in combination with fork-based multiprocessing"). The
+    server imports this module once, so each child starts in milliseconds."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    child = context.Process(target=target, args=args)
+    child.start()
+    child.join()
+    return child.exitcode
+
+
+class Preempted(Regression):
+    """The toy task, sent SIGTERM in the middle of its 11th step (a scheduler taking the machine back)."""
+
+    calls = 0
+
+    def loss(self, model, batch):
+        import os
+        import signal
+
+        Preempted.calls += 1
+        if Preempted.calls == 11:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().loss(model, batch)
+
+
+def train_until_preempted(folder) -> None:
+    """In a child: the toy run, preempted at step 11; exits 75 where RunStopped said what the test expects and the
+    process's own SIGTERM handler is back, 2 where not, 3 where the run did not stop."""
     import os
     import signal
 
     from vitlab.engine.loop import RunStopped
 
-    class Preempted(Regression):
-        calls = 0
+    status = 1
+    try:
+        torch.set_num_threads(1)
+        before = signal.getsignal(signal.SIGTERM)
+        try:
+            run_toy(Preempted, folder)
+        except RunStopped as stopped:
+            said = str(stopped)
+            ok = "stopped at step 11 (SIGTERM)" in said and "vitlab train --resume" in said
+            status = RunStopped.EXIT_STATUS if ok and signal.getsignal(signal.SIGTERM) is before else 2
+        else:
+            status = 3
+    except Exception:
+        traceback.print_exc()  # the child's own error, in the test's report
+    finally:
+        os._exit(status)
 
-        def loss(self, model, batch):
-            Preempted.calls += 1
-            if Preempted.calls == 11:
-                os.kill(os.getpid(), signal.SIGTERM)  # a scheduler taking the machine back
-            return super().loss(model, batch)
+
+def test_a_sigterm_stops_the_run_after_its_step_with_a_checkpoint_and_the_resume_command(tmp_path):
+    """SIGTERM in the middle of step 11 (inside epoch 2): the step finishes, a checkpoint is written, RunStopped
+    names the resume command; resumed, the run ends on the uninterrupted weights. The signal's handler is the
+    process's own again afterwards. The run is in a child process: only a main thread can hold a signal handler
+    (a test worker's may not be one), and a SIGTERM it does not catch must not end the test session."""
+    from vitlab.engine.loop import RunStopped
 
     straight, _ = run_toy(Regression, tmp_path / "straight")
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            torch.set_num_threads(1)
-            before = signal.getsignal(signal.SIGTERM)
-            try:
-                run_toy(Preempted, tmp_path / "run")
-            except RunStopped as stopped:
-                said = str(stopped)
-                ok = "stopped at step 11 (SIGTERM)" in said and "vitlab train --resume" in said
-                status = RunStopped.EXIT_STATUS if ok and signal.getsignal(signal.SIGTERM) is before else 2
-            else:
-                status = 3  # the run ended without stopping
-        except BaseException:
-            traceback.print_exc()  # the child's own error, in the test's report
-        finally:
-            os._exit(status)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == RunStopped.EXIT_STATUS, status
+    assert in_a_clean_child(train_until_preempted, tmp_path / "run") == RunStopped.EXIT_STATUS
     assert RunDir(tmp_path / "run").load_state()["step"] == 11
     resumed, _ = run_toy(Regression, tmp_path / "run", resume=True)
     for key, value in straight.state_dict().items():
@@ -395,11 +421,12 @@ def resumable(folder) -> bool:
 
 
 def train_until_killed(folder, kind: str, nth: int) -> None:
-    """In a forked child: the toy run (resumed where a checkpoint is), SIGKILLed at its `nth` moment of `kind`:
-    inside a training step, inside an evaluation, or half-way through writing state.pt."""
+    """In a child: the toy run (resumed where a checkpoint is), SIGKILLed at its `nth` moment of `kind`: inside a
+    training step, inside an evaluation, or half-way through writing state.pt."""
     import os
     import signal
 
+    torch.set_num_threads(1)
     calls = {"step": 0, "evaluation": 0, "save": 0}
 
     def moment(what: str) -> None:
@@ -433,9 +460,9 @@ def test_a_run_killed_at_ten_random_moments_ends_as_if_never_stopped(tmp_path):
     """Fault injection: a process training the toy run is SIGKILLed (no handler, nothing cleaned up) at ten random
     moments, inside training steps, inside evaluations and half-way through writing state.pt, each time resumed by
     the next one; the run then ends on the uninterrupted run's weights bit for bit, with each metrics row once and
-    the same. Each process is a fork of this one, so ten starts cost milliseconds."""
-    import os
+    the same. Each process is a fork of the fork server's, so ten starts cost milliseconds."""
     import random
+    import signal
 
     straight, _ = run_toy(Regression, tmp_path / "straight", checkpoint_every_steps=2, epochs=6)  # 48 steps
     folder = tmp_path / "run"
@@ -444,20 +471,9 @@ def test_a_run_killed_at_ten_random_moments_ends_as_if_never_stopped(tmp_path):
     moments = [(kind, chooser.randint(1, within[kind])) for kind in chooser.choices(list(within), k=10)]
     killed = 0
     for kind, nth in moments:
-        pid = os.fork()
-        if pid == 0:
-            status = 1
-            try:
-                torch.set_num_threads(1)
-                train_until_killed(folder, kind, nth)
-                status = 0  # the run ended before its nth such moment
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(status)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, (kind, nth, status)
-        killed += os.WIFSIGNALED(status)
+        code = in_a_clean_child(train_until_killed, folder, kind, nth)
+        assert code == -signal.SIGKILL or code == 0, (kind, nth, code)  # killed, or the run ended before its moment
+        killed += code == -signal.SIGKILL
     assert killed == 10 and {kind for kind, _ in moments} == set(within)
     resumed, _ = run_toy(Regression, folder, resume=resumable(folder), checkpoint_every_steps=2, epochs=6)
     for key, value in straight.state_dict().items():

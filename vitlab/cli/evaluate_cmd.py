@@ -13,14 +13,25 @@ import json
 from ..commands import command
 from ..engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 from ..tasks.runtime_flags import add_runtime_flags, on_runtime
-from .options import add_task_options, task_options
+from .options import add_run_help, add_task_options, command_help_parser, task_options
 
 FIELDS: list[str] = []
 
 
+HELP = "evaluate a trained run on its test data (or other data)"
+
+
 @command("eval", order=20)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("eval", help="evaluate a trained run on its test data (or other data)")
+    p = subparsers.add_parser("eval", help=HELP, add_help=False)
+    add_run_help(p, lambda task: command_help_parser("eval", HELP, task, "EvalOptions", add_common_options))
+    add_common_options(p)
+    FIELDS[:] = add_task_options(p, "EvalOptions")
+    p.set_defaults(run=run)
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    """What `vitlab eval` takes for a run of any task."""
     add_source_arguments(p)
     add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--split", choices=["test", "val"], default="test",
@@ -28,8 +39,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "has no test part, and the answer says so)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     add_runtime_flags(p)
-    FIELDS[:] = add_task_options(p, "EvalOptions")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,23 +10,32 @@ import json
 from ..commands import command
 from ..engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 from ..tasks.runtime_flags import add_runtime_flags, on_runtime
-from .options import add_task_options, task_options
+from .options import add_run_help, add_task_options, command_help_parser, task_options
 
 FIELDS: list[str] = []
 
 
+HELP = ("predict with a trained run or a released model (classify, detect, segment, restore image files; translate "
+        "sequences)")
+
+
 @command("predict", order=30)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("predict", help="predict with a trained run or a released model (classify, detect, "
-                              "segment, restore image files; translate sequences)")
+    p = subparsers.add_parser("predict", help=HELP, add_help=False)
+    add_run_help(p, lambda task: command_help_parser("predict", HELP, task, "PredictOptions", add_common_options))
+    add_common_options(p)
+    FIELDS[:] = add_task_options(p, "PredictOptions")
+    p.set_defaults(run=run)
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    """What `vitlab predict` takes for a run of any task."""
     add_source_arguments(p)
     p.add_argument("inputs", metavar="INPUT", nargs="+", help="image files (any format Pillow reads), or for a "
                    "seq2seq run source sequences such as \"3 1 4\"")
     add_weights_flag(p, None, SELECTED_WEIGHTS)
     p.add_argument("--json", action="store_true", help="print the results as JSON (default: text)")
     add_runtime_flags(p)
-    FIELDS[:] = add_task_options(p, "PredictOptions")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

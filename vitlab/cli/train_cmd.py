@@ -1,7 +1,9 @@
-"""`vitlab train`: train a task (image classification by default) from the command line, or resume a run.
+"""`vitlab train`: train a task (image classification by default) from the command line or a recipe file, or
+resume a run.
 
 The options are generated from the configs: the loop's (shared by every task) and each task's. An option of
-another task than the chosen one is refused."""
+another task than the chosen one is refused. `--help` shows the shared options; `--task T --help` that task's, with
+its own defaults."""
 
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ from typing import Any
 
 from ..commands import command
 from ..engine.config import LoopConfig
-from ..engine.flags import add_config_options, given
+from ..engine.flags import add_config_options, given, shown_default
+from ..engine.options import GROUPS
+
+DESCRIPTION = ("Train a model. Without options it runs the default recipe: a ViT on Fashion-MNIST. `--task` picks "
+               "another task, `--config FILE` reads the options from a recipe file (flags win over it).")
 
 
 def _task_classes() -> dict[str, type]:
@@ -24,65 +30,134 @@ def _task_classes() -> dict[str, type]:
 
 @command("train", order=10)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """The parser that reads a command line: every task's options (a wrong task's are refused by name later). Its
+    help is never shown; `--help` prints `help_parser`'s, for the task asked about."""
     tasks = _task_classes()
-    p = subparsers.add_parser(
-        "train", help="train a model", description="Train a model. Without options it runs the default recipe: a "
-        "ViT on Fashion-MNIST. `--task seq2seq` trains the original Transformer on a toy sequence problem.")
-    p.add_argument("--task", choices=list(tasks), default="classification", help="what to train (default: "
-                   "classification)")
-    add_run_options(p)
-    add_config_options(p.add_argument_group("training (every task)"), LoopConfig,
-                       default_texts=loop_default_texts(tasks.values()))
-    seen: set[str] = {f for f in LoopConfig.__dataclass_fields__}
-    for name, cls in tasks.items():
-        group = p.add_argument_group(f"--task {name}", description=shared_options_text(cls.Config, seen))
-        seen.update(add_config_options(group, cls.Config, skip=seen))
+    p = subparsers.add_parser("train", help="train a model", description=DESCRIPTION, add_help=False,
+                              usage="vitlab train [--task TASK] [--config FILE] [OPTIONS]")
+    p.add_argument("-h", "--help", action=_TaskHelp, help=HELP_HELP)
+    add_run_options(p, tasks)
+    added = add_config_options(p, LoopConfig)
+    for cls in tasks.values():
+        added += add_config_options(p, cls.Config, skip=set(added))
     p.set_defaults(run=run)
 
 
-def shared_options_text(config_cls: type, listed: set[str]) -> str | None:
-    """For a task's options already listed under another task (--data, --model, …): what they mean here."""
-    from ..engine.flags import flag_of, shown_default
-
-    shared = [field for field in dataclasses.fields(config_cls) if field.name in listed
-              and field.name not in LoopConfig.__dataclass_fields__ and field.metadata.get("cli", True)]
-    if not shared:
-        return None
-    texts = [f"{flag_of(field)}: {field.metadata.get('help', '')} (default: "
-             f"{field.metadata.get('default_text') or shown_default(field.default)})" for field in shared]
-    return "also, with this meaning here: " + "; ".join(texts)
+HELP_HELP = "show the options (after --task T: its own) and exit"
 
 
-def loop_default_texts(task_classes) -> dict[str, str]:
-    """"fashion-mnist 128, folder 64, seq2seq 64" for each loop option some task's recipe sets."""
-    def show(value: Any) -> str:
-        return " ".join(map(str, value)) if isinstance(value, tuple) else "off" if value is None else str(value)
+class _TaskHelp(argparse.Action):
+    """`--help`: the options of the task named before it (by --task or the --config file), else the shared ones."""
 
-    by_field: dict[str, list[str]] = {}
-    recipes = [recipe for cls in task_classes for recipe in cls.recipes().items()]
-    for recipe, defaults in recipes:
-        for key, value in defaults.items():
-            by_field.setdefault(key, []).append(f"{recipe} {show(value)}")
-    base = {field.name: field.default for field in dataclasses.fields(LoopConfig)}
-    return {key: ("" if len(texts) == len(recipes) else f"{show(base[key])}; ") + "recipe — " + ", ".join(texts)
-            for key, texts in by_field.items()}
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=kwargs.get("help"))
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        task = getattr(namespace, "task", None)
+        if task is None and getattr(namespace, "config", None):
+            from .recipe_file import read_recipe
+
+            try:
+                task = read_recipe(namespace.config, _task_classes())[0]
+            except (OSError, ValueError):
+                task = None  # the run itself says what is wrong with the file
+        help_parser(task).print_help()
+        parser.exit()
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
+def help_parser(task: str | None) -> argparse.ArgumentParser:
+    """The help of `vitlab train --task TASK`, grouped (the run, training, data, model, the task's own), each
+    default the task's; without a task, the options every task shares and how to see a task's."""
+    tasks = _task_classes()
+    if task is None:
+        epilog = (f"Each task has its own options (data, model, losses) and defaults: vitlab train --task TASK "
+                  f"--help, TASK one of {', '.join(tasks)}. Without --task: classification.")
+        p = argparse.ArgumentParser(prog="vitlab train", description=DESCRIPTION, epilog=epilog, add_help=False,
+                                    usage="vitlab train [--task TASK] [--config FILE] [OPTIONS]")
+    else:
+        p = argparse.ArgumentParser(prog="vitlab train", add_help=False, description=tasks[task].__doc__ and
+                                    " ".join(tasks[task].__doc__.split("\n\n")[0].split()),
+                                    usage=f"vitlab train --task {task} [--config FILE] [OPTIONS]")
+    run_group = p.add_argument_group("the run")
+    run_group.add_argument("-h", "--help", action="help", help=HELP_HELP)
+    add_run_options(run_group, tasks)
+    defaults = recipe_default_texts(tasks[task]) if task else {
+        key: "the task's recipe" for cls in tasks.values() for recipe in cls.recipes().values() for key in recipe}
+    add_config_options(run_group, LoopConfig, groups=("run",), default_texts=defaults)
+    add_config_options(p.add_argument_group("training" + (f" (defaults: {task}'s recipe)" if task else "")),
+                       LoopConfig, groups=(None, "training"), default_texts=defaults)
+    if task:
+        for group in GROUPS[2:]:
+            add_config_options(p.add_argument_group(group), tasks[task].Config, groups=(group,))
+        add_config_options(p.add_argument_group(f"{task}'s own"), tasks[task].Config, groups=(None,))
+    return p
+
+
+def recipe_default_texts(task_class: type) -> dict[str, str]:
+    """Each loop option's default for this task: "128", or "fashion-mnist: 128, folder: 64" where the task's recipes
+    (by data) differ."""
+    recipes = task_class.recipes()
+    fields = dataclasses.fields(LoopConfig)
+    base = {field.name: field.default for field in fields}
+    texts = {field.name: shown_default(field.default) for field in fields  # "the task's" is this task's: the default
+             if field.metadata.get("default_text") == "the task's"}
+    for key in {key for recipe in recipes.values() for key in recipe}:
+        shown = {name: shown_default(recipe.get(key, base[key])) for name, recipe in recipes.items()}
+        texts[key] = (next(iter(shown.values())) if len(set(shown.values())) == 1
+                      else ", ".join(f"{name}: {value}" for name, value in shown.items()))
+    return texts
+
+
+def add_run_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, tasks: dict[str, type]) -> None:
+    p.add_argument("--task", choices=list(tasks), default=argparse.SUPPRESS, metavar="TASK",
+                   help=", ".join(f"{name} (default)" if name == "classification" else name for name in tasks))
+    p.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                   help="read the options from a recipe file: YAML or JSON, flat or grouped as here (a run's "
+                   "config.json repeats that run); flags win over it (default: none)")
+    p.add_argument("--print-config", action="store_true", default=argparse.SUPPRESS,
+                   help="print the resolved recipe as YAML (a --config file) and train nothing")
     p.add_argument("--out", default=argparse.SUPPRESS, help="run folder to write (default: runs/TASK-TIMESTAMP)")
     p.add_argument("--overwrite", action="store_true", default=argparse.SUPPRESS,
                    help="start over in an --out folder that already holds a run (default: refuse)")
+    # only the run's length, this stop's limits, --data-dir, --device, --threads, --workers, --compile and the
+    # checkpoint intervals may change on resuming (tasks/launch.py RESUMABLE); `auto` is for torchrun
+    # --max-restarts and requeued jobs
     p.add_argument("--resume", metavar="RUN_DIR", default=argparse.SUPPRESS,
-                   help="continue a run that stopped, from its last checkpoint, with its own options; only the "
-                   "run's length, this stop's limits, --data-dir, --device, --threads, --workers, --compile and the "
-                   "checkpoint intervals may change. `--resume auto --out DIR`: resume the run in DIR where it "
-                   "holds a checkpoint of this same run, else start it there (for torchrun --max-restarts and "
-                   "schedulers that requeue a job) (default: a new run)")
+                   help="continue a stopped run from its last checkpoint, with its own options; `--resume auto --out "
+                   "DIR`: resume the run in DIR if it holds this run's checkpoint, else start it there")
 
 
 def run(args: argparse.Namespace) -> int:
-    options = given(args, exclude=("task",))
-    return train_and_report(args.task, options)
+    options = given(args, exclude=("task", "config", "print_config"))
+    task = getattr(args, "task", None)
+    if getattr(args, "config", None):
+        if options.get("resume", "auto") != "auto":
+            raise ValueError("--config starts a run from a recipe, and --resume RUN_DIR continues a run with its own "
+                             "options: give one of them (or --resume auto --out DIR with the recipe)")
+        from .recipe_file import merged, read_recipe
+
+        task, from_file = read_recipe(args.config, _task_classes(), task)
+        options = merged(from_file, options)
+    task = task or "classification"
+    if getattr(args, "print_config", False):
+        return print_config(task, options)
+    return train_and_report(task, options)
+
+
+def print_config(task: str, options: dict[str, Any]) -> int:
+    """`--print-config`: the recipe these options resolve to, as YAML; nothing is read or trained."""
+    from ..tasks import resolved_recipe
+    from .recipe_file import printed_recipe
+
+    if "resume" in options:
+        raise ValueError("--print-config prints a new run's recipe; a run's own is its config.json (vitlab train "
+                         "--config RUN_DIR/config.json --print-config)")
+    _refuse_other_tasks(task, options)
+    config, loop = resolved_recipe(task, **{key: value for key, value in options.items()
+                                            if key not in ("out", "overwrite")})
+    print(printed_recipe(task, config, loop), end="")
+    return 0
 
 
 def train_and_report(task: str, options: dict[str, Any]) -> int:

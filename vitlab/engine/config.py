@@ -34,8 +34,8 @@ class LoopConfig:
     weight_decay: float = option(0.05, "weight decay (never on biases, norms, embeddings and tokens)")
     optimizer: str = option("adamw", "AdamW, or SGD with momentum (the segmentation papers')", choices=OPTIMIZERS)
     momentum: float = option(0.9, "SGD's momentum")
-    schedule: str = option("cosine", "learning-rate schedule: warm-up then cosine, warm-up then 1/√step "
-                           "(Vaswani et al. §5.3), or warm-up then poly, lr·(1 − t/T)^power (SETR, DeepLab)",
+    # inverse_sqrt: Vaswani et al. §5.3; poly, lr·(1 − t/T)^power: SETR's and DeepLab's
+    schedule: str = option("cosine", "learning-rate schedule after the warm-up: cosine, 1/√step or poly",
                            choices=SCHEDULES)
     poly_power: float = option(0.9, "the poly schedule's power")
     warmup_epochs: float | None = option(None, "linear warm-up, in epochs", default_text="the task's")
@@ -45,34 +45,37 @@ class LoopConfig:
     betas: tuple[float, float] = option((0.9, 0.999), "AdamW's β1 β2", metavar="B")
     adam_eps: float = option(1e-8, "AdamW's ε")
     clip_grad: float = option(1.0, "max global gradient norm; 0 = off")
-    accum_steps: int = option(1, "add up the gradients of this many batches per optimizer step: effective batch "
-                              "= batch-size × accum-steps × processes")
+    accum_steps: int = option(1, "add up the gradients of this many batches per step (effective batch: "
+                              "batch-size × this × processes)")
     bf16: bool = option(False, "bfloat16 autocast (slow on CPUs without native bf16, such as AVX2-only ones)")
     fp16: bool = option(False, "float16 autocast with a gradient scaler (CUDA only)")
-    compile: bool = option(False, "torch.compile the model's forward pass (about 30 s per input shape on 2 CPU "
-                           "cores, measured to gain little on them)")
-    ema_decay: float = option(0.0, "keep and evaluate an exponential moving average of the weights, saved as "
-                              "ema.safetensors (e.g. 0.9998); 0 = off", metavar="D")
+    compile: bool = option(False, "torch.compile the forward pass (~30 s per input shape on 2 CPU cores, "
+                           "where it gains little)")
+    ema_decay: float = option(0.0, "also keep an exponential moving average of the weights (ema.safetensors), "
+                              "e.g. 0.9998; 0 = off", metavar="D")
     layer_decay: float | None = option(None, "layer-wise learning-rate decay for fine-tuning: block i of L trains "
                                        "at lr·F^(L−i) (e.g. 0.75)", metavar="F")
-    eval_every: int = option(1, "evaluate and checkpoint every this many epochs (every this many optimizer steps "
-                             "for data without epochs), and at the end", default_text="the task's")
-    checkpoint_every: float = option(10.0, "also write a resumable checkpoint inside an epoch every this many minutes "
-                                     "(the model, optimizer, schedule, random streams, the position in the data and "
-                                     "the epoch's running figures: a killed or preempted run resumes there, as if "
-                                     "never stopped); an epoch shorter than this never writes one", metavar="MIN")
+    eval_every: int = option(1, "evaluate and checkpoint every this many epochs (steps, for data without "
+                             "epochs) and at the end", default_text="the task's", group="run")
+    # the checkpoint holds the model, optimizer, schedule, random streams, the position in the data and the epoch's
+    # running figures; an epoch shorter than the interval never writes one
+    checkpoint_every: float = option(10.0, "also write a resumable checkpoint inside an epoch every this many minutes: "
+                                     "a killed or preempted run resumes there, as if never stopped", metavar="MIN",
+                                     group="run")
     checkpoint_every_steps: int | None = option(None, "write that checkpoint every this many optimizer steps "
-                                                "instead of minutes", metavar="N")
-    max_epochs_this_run: int | None = option(None, "stop after this many epochs, to resume later")
-    max_steps_this_run: int | None = option(None, "stop after this many optimizer steps, to resume later")
+                                                "instead of minutes", metavar="N", group="run")
+    max_epochs_this_run: int | None = option(None, "stop after this many epochs (resumable)", group="run")
+    max_steps_this_run: int | None = option(None, "stop after this many optimizer steps (resumable)",
+                                                 group="run")
     seed: int = option(0, "seed for weights, data order and augmentation")
-    device: str = option("auto", "auto (CUDA if present), cpu, cuda or cuda:N")
-    threads: int | None = option(None, "torch CPU threads", default_text="torch's choice")
-    workers: int = option(0, "data-loading processes")
-    curves: str = option(help="when curves.png is drawn: at every checkpoint (a run stopped at any moment has its "
-                         "picture), once when this run ends (matplotlib costs ~0.3 s a picture: runs of seconds), or "
-                         "never (scripted sweeps that read metrics.jsonl)",
-                         choices=CURVES, default_factory=_curves_default, default_text=f"every, or ${CURVES_ENV}")
+    device: str = option("auto", "auto (CUDA if present), cpu, cuda or cuda:N", group="run")
+    threads: int | None = option(None, "torch CPU threads", default_text="torch's choice", group="run")
+    workers: int = option(0, "data-loading processes", group="run")
+    # every: a run stopped at any moment has its picture; end: matplotlib costs ~0.3 s a picture, much for runs of
+    # seconds; never: scripted sweeps that read metrics.jsonl
+    curves: str = option(help="when curves.png is drawn: at every checkpoint, once when the run ends, or never",
+                         choices=CURVES, default_factory=_curves_default, default_text=f"every, or ${CURVES_ENV}",
+                         group="run")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -67,28 +67,42 @@ def add_source_arguments(parser: argparse.ArgumentParser, dest: str = "run_dir",
                             "does several tasks: which one (default: its family's only task)")
 
 
+def _short_metavar(name: str, value_type: Any) -> str:
+    """A value's name in the help: the option's own where short (--lr LR), else its kind (--batch-size N), so that
+    a flag and its value fit beside their help."""
+    if len(name) <= 6:
+        return name.upper()
+    return {int: "N", float: "X"}.get(value_type, "VALUE")
+
+
 def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
 
 def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
                        skip: set[str] | None = None, rename: dict[str, str] | None = None,
-                       default_texts: dict[str, str] | None = None) -> list[str]:
+                       default_texts: dict[str, str] | None = None,
+                       groups: tuple[str | None, ...] | None = None) -> list[str]:
     """Add one option per field of `cls` (those with cli metadata), skipping names in `skip`; `rename` maps a
-    field to another flag; `default_texts` says a field's default where it depends on the task. Returns the field
-    names added."""
+    field to another flag; `default_texts` says a field's default where it depends on the task; `groups`: only the
+    fields of these groups (options.GROUPS; None stands for the class's own). Returns the field names added."""
     hints = typing.get_type_hints(cls)
     added = []
     for field in dataclasses.fields(cls):
         meta = field.metadata
         if not meta.get("cli", True) or field.name in (skip or set()):
             continue
+        if groups is not None and meta.get("group") not in groups:
+            continue
         flag = (rename or {}).get(field.name) or flag_of(field)
         default = field.default
         shown = (default_texts or {}).get(field.name) or meta.get("default_text") or shown_default(default)
-        text = f"{meta.get('help', '')} (default: {shown})"
-        kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS, "help": text}
         value_type, nargs = _value_type(hints[field.name])
+        switch = value_type is bool and not meta.get("valued") and not meta.get("repeat")
+        text = meta.get("help", "")
+        if not (switch and default is False and shown == "off"):  # a switch is off until given: nothing to say
+            text += f" (default: {shown})"
+        kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS, "help": text}
         if meta.get("repeat"):
             kwargs.update(action="append", type=value_type, metavar=meta.get("metavar"))
         elif value_type is bool and meta.get("valued"):
@@ -96,7 +110,7 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         elif value_type is bool:
             kwargs["action"] = "store_false" if default is True else "store_true"
         else:
-            kwargs.update(type=value_type, metavar=meta.get("metavar"))
+            kwargs.update(type=value_type, metavar=meta.get("metavar") or _short_metavar(field.name, value_type))
             if nargs:
                 kwargs["nargs"] = nargs
             if meta.get("choices"):

@@ -46,7 +46,8 @@ class FixedOptionsError(ValueError):
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple | None = None,
            flag: str | None = None, metavar: str | None = None, cli: bool = True, default_factory: Any = None,
-           default_text: str | None = None, repeat: bool = False, valued: bool = False, upload: bool = False) -> Any:
+           default_text: str | None = None, repeat: bool = False, valued: bool = False, upload: bool = False,
+           group: str | None = None) -> Any:
     """A dataclass field with the metadata the command line is generated from.
 
     `choices` are also checked by `check_choices`; `flag` renames the flag (e.g. "--no-hflip" for a field
@@ -54,13 +55,19 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, choices: tuple
     `default_text` says what the default is where the value itself would mislead ("the recipe's"); `repeat`: the
     flag may be given several times, each adding one value to a list (`--degradation sr2 --degradation sr4`);
     `valued`: a bool flag that takes a value (`--strict false`) rather than switching one way; `upload`: a server
-    option that is an uploaded image (a file field of the form, a picture input of the page), never a flag.
+    option that is an uploaded image (a file field of the form, a picture input of the page), never a flag;
+    `group`: where `--help` and a recipe file put it (GROUPS); None: the task's own options (the loop's: training).
     """
     metadata = {"help": help, "choices": choices, "flag": flag, "metavar": metavar, "cli": cli and not upload,
-                "default_text": default_text, "repeat": repeat, "valued": valued, "upload": upload}
+                "default_text": default_text, "repeat": repeat, "valued": valued, "upload": upload, "group": group}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+# the groups a command's options are shown in, and a recipe file may nest them under, in this order; a task's own
+# options come last, under the task's name
+GROUPS = ("run", "training", "data", "model")
 
 
 def check(ok: bool, name: str, expected: str, value: Any) -> None:

@@ -5,6 +5,7 @@ with `@register_task`; the task packages here are found by the first lookup (no 
 defined elsewhere registers the same way."""
 
 from .base import TASKS, Task, register_task
-from .launch import load_run, load_task, resume, train, train_or_resume
+from .launch import load_run, load_task, resolved_recipe, resume, train, train_or_resume
 
-__all__ = ["TASKS", "Task", "load_run", "load_task", "register_task", "resume", "train", "train_or_resume"]
+__all__ = ["TASKS", "Task", "load_run", "load_task", "register_task", "resolved_recipe", "resume", "train",
+           "train_or_resume"]

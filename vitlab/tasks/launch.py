@@ -71,6 +71,16 @@ def train(task: str = "classification", *, out: str | None = None, overwrite: bo
     return _run(cls, config, loop_config(cls, config, loop_options), out, overwrite=overwrite, saved=None)
 
 
+def resolved_recipe(task: str = "classification", **options: Any) -> tuple[Any, LoopConfig]:
+    """(the task's config, the loop's) that `train(task, **options)` would run with: every default filled from the
+    task's recipe and the model it builds where none is named. Nothing is read or trained."""
+    cls = get_task(task)
+    task_options, loop_options = split_options(options, cls.Config, LoopConfig)
+    config = cls.Config(**task_options)
+    loop = loop_config(cls, config, loop_options)
+    return cls(config, loop).config, loop
+
+
 def resume(run_dir: str | Path, **changes: Any) -> dict[str, Any]:
     """Continue a stopped run from its last checkpoint, with its own options; only the loop's RESUMABLE options
     and the task's `resumable` ones may change (None keeps the saved value). A larger `epochs` or `steps`

@@ -7,14 +7,14 @@ from typing import Any
 from ..engine.options import option
 from ..models.family import Release
 
-WEIGHTS_BY_NAME = ("; or released weights by name: a release tag (vitlab models --pretrained), whose model is "
-                   "built where --model is not given, or hf-hub:org/name[@revision]")
+WEIGHTS_BY_NAME = ("; or a release tag (vitlab models --pretrained) or hf-hub:org/name[@revision], whose model is "
+                   "built where --model is not given")
 
 
 def strict_option() -> Any:
-    return option(True, "refuse --weights whose keys do not fit the model, listing them (a head for another class "
-                  "count and positions for another grid are adapted, with a warning); false: load what fits",
-                  valued=True)
+    return option(True, "refuse --weights whose keys do not fit the model (a head or position grid of another size "
+                  "is adapted, with a warning); false: load what fits",
+                  valued=True, group="model")
 
 
 def released(weights: str | None) -> Release | None:

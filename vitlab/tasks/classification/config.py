@@ -15,42 +15,43 @@ RECIPE = "the data's recipe"
 
 @dataclass(frozen=True)
 class ClassificationConfig:
-    data: str = option("fashion-mnist", "'fashion-mnist' or a folder of class sub-folders")
+    data: str = option("fashion-mnist", "'fashion-mnist' or a folder of class sub-folders", group="data")
     data_dir: str | None = option(None, "where Fashion-MNIST's files are",
-                                  default_text="$VITLAB_DATA, /usr/share/datasets, then download")
-    model: str | None = option(None, "registered model name (`vitlab models` lists them)", default_text=RECIPE)
+                                  default_text="$VITLAB_DATA, /usr/share/datasets, then download", group="data")
+    model: str | None = option(None, "registered model name (`vitlab models` lists them)", default_text=RECIPE,
+                               group="model")
     model_overrides: dict[str, Any] = option(help="model config fields to change", cli=False, default_factory=dict)
     weights: str | None = option(None, "start from these weights (a run folder or a checkpoint file of any "
                                  "supported format; a head of another class count is replaced)"
                                  + WEIGHTS_BY_NAME, metavar="PATH",
-                                 default_text="random")
+                                 default_text="random", group="model")
     strict: bool = strict_option()
-    img_size: int | None = option(None, "image side the model sees", default_text=RECIPE)
+    img_size: int | None = option(None, "image side the model sees", default_text=RECIPE, group="data")
     crop_padding: int | None = option(None, "random shift of up to this many pixels; folders without it use "
-                                      "random-resized crops", default_text=RECIPE)
-    hflip: bool = option(True, "random horizontal flips", flag="--no-hflip")
+                                      "random-resized crops", default_text=RECIPE, group="data")
+    hflip: bool = option(True, "random horizontal flips", flag="--no-hflip", group="data")
     test_time_flip: bool | None = option(None, "score each image by the mean of its own and its mirror image's "
                                          "logits (validation, test, and the run's eval, predict and serve); "
                                          "pays where training flipped the images", valued=True,
                                          default_text=RECIPE)
     val_fraction: float | None = option(None, "share of the training images held out to select the best checkpoint "
                                               "where the data has no val/ (default: 5,000 of Fashion-MNIST's "
-                                              "60,000; 0.1 of a folder)")
-    skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping")
+                                              "60,000; 0.1 of a folder)", group="data")
+    skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping", group="data")
     allow_partial_data: bool = option(False, "accept a Fashion-MNIST copy with fewer images than the official "
-                                      "60,000/10,000")
+                                      "60,000/10,000", group="data")
     label_smoothing: float = option(0.1, "label smoothing ε of the cross-entropy")
-    drop_path: float | None = option(None, "stochastic depth rate", default_text=RECIPE)
+    drop_path: float | None = option(None, "stochastic depth rate", default_text=RECIPE, group="model")
     # DeiT's recipe (Touvron et al. 2021); each piece is off unless given
-    randaugment: int = option(0, "RandAugment of magnitude M (0..30; DeiT: 9); 0 = off", metavar="M")
-    randaugment_ops: int = option(2, "RandAugment operations per image", metavar="N")
+    randaugment: int = option(0, "RandAugment of magnitude M (0..30; DeiT: 9); 0 = off", metavar="M", group="data")
+    randaugment_ops: int = option(2, "RandAugment operations per image", metavar="N", group="data")
     random_erasing: float = option(0.0, "erase a random box of each image with probability P (DeiT: 0.25)",
-                                   metavar="P")
+                                   metavar="P", group="data")
     mixup: float = option(0.0, "Mixup with Beta(α, α) (DeiT: 0.8); with cutmix too, each batch uses one of the "
-                          "two; 0 = off", metavar="ALPHA")
-    cutmix: float = option(0.0, "CutMix with Beta(α, α) (DeiT: 1.0); 0 = off", metavar="ALPHA")
+                          "two; 0 = off", metavar="ALPHA", group="data")
+    cutmix: float = option(0.0, "CutMix with Beta(α, α) (DeiT: 1.0); 0 = off", metavar="ALPHA", group="data")
     repeated_aug: int = option(1, "show each image N times per epoch, differently augmented, in the same batch "
-                               "(DeiT: 3); 1 = off", metavar="N")
+                               "(DeiT: 3); 1 = off", metavar="N", group="data")
     distill: str = option("none", "learn from the teacher too: soft (KL at temperature τ) or hard (the teacher's "
                           "argmax as a label)", choices=("none", "soft", "hard"))
     teacher: str | None = option(None, "run folder (or vitlab .safetensors) of the frozen teacher for distill",

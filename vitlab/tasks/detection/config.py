@@ -14,25 +14,26 @@ from ..weights_options import WEIGHTS_BY_NAME, strict_option
 class DetectionConfig:
     data: str | None = option(None, "a COCO-format folder: images/{train,val}/ + annotations/instances_{train,val}"
                               ".json (vitlab make-scenes), or COCO's train2017/ + val2017/", metavar="DIR",
-                              default_text="none, give one")
+                              default_text="none, give one", group="data")
     model: str | None = option(None, "a registered detector (vitlab models 'detr*' or 'deformable_detr*')",
-                               default_text="detr_small; with --weights TAG: the release's")
+                               default_text="detr_small; with --weights TAG: the release's", group="model")
     weights: str | None = option(None, "start from these weights: a vitlab file or run, an official DETR .pth, "
                                  "a Hugging Face DetrForObjectDetection folder"
                                  + WEIGHTS_BY_NAME, metavar="PATH",
-                                 default_text="random")
+                                 default_text="random", group="model")
     strict: bool = strict_option()
     backbone_weights: str | None = option(None, "start the backbone from a ResNet classifier's weights (a "
                                           "torchvision or timm file, a vitlab resnet run); --weights wins",
-                                          metavar="PATH", default_text="random")
-    num_queries: int | None = option(None, "object queries", default_text="the model's")
-    dropout: float | None = option(None, "dropout in the transformer", default_text="the model's")
+                                          metavar="PATH", default_text="random", group="model")
+    num_queries: int | None = option(None, "object queries", default_text="the model's", group="model")
+    dropout: float | None = option(None, "dropout in the transformer", default_text="the model's", group="model")
     max_size: int | None = option(None, "resize each image so its longer side is this many pixels",
-                                    default_text="as it is")
-    hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip")
+                                    default_text="as it is", group="data")
+    hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip", group="data")
     backbone_lr: float = option(1e-5, "learning rate of the CNN backbone (the rest trains at --lr)")
-    lr_linear_proj_mult: float = option(0.1, "Deformable DETR: the sampling offsets' and reference points' "
-                                        "share of --lr (the official recipe's 0.1)")
+    # the official recipe's 0.1
+    lr_linear_proj_mult: float = option(0.1, "Deformable DETR: the sampling offsets' and reference points' lr, "
+                                        "× --lr")
     eos_coef: float = option(0.1, "weight of the no-object class in the cross-entropy")
     cost_class: float | None = option(None, "matching cost of the class probability",
                                       default_text="the model's: 1 for DETR, 2 for Deformable DETR")
@@ -44,20 +45,20 @@ class DetectionConfig:
     bbox_weight: float = option(5.0, "loss weight of the L1 box loss")
     giou_weight: float = option(2.0, "loss weight of the GIoU loss")
     aux_loss: bool = option(True, "supervise every decoder layer, each with its own matching", flag="--no-aux-loss")
-    dn_groups: int = option(0, "denoising training (DN-DETR): feed the decoder this many groups of the training "
-                            "objects, noised, beside the object queries, and train it to give back the clean ones "
-                            "(no matching); 0: off. Inference never has them")
+    # inference never has the denoising groups
+    dn_groups: int = option(0, "denoising training (DN-DETR): this many groups of noised training objects beside the "
+                            "queries, trained to give back the clean ones (no matching); 0: off")
     dn_box_noise: float = option(0.4, "denoising: a noised box's centre moves up to this share of half its side "
                                  "and each side scales by up to this share")
     dn_label_noise: float = option(0.2, "denoising: the chance that a noised object's class is replaced by a "
                                    "random one")
     eval_batch_size: int = option(32, "images per batch in evaluation")
     val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
-                                      "the folder has no val split")
+                                      "the folder has no val split", group="data")
     skip_bad_images: bool = option(False, "skip unreadable images and images missing on disk (counted) instead of "
-                                   "stopping")
+                                   "stopping", group="data")
     skip_bad_annotations: bool = option(False, "skip bad annotations and image entries (counted) instead of "
-                                        "stopping")
+                                        "stopping", group="data")
 
     def __post_init__(self) -> None:
         check(self.backbone_lr >= 0, "backbone_lr", ">= 0 (0 freezes the backbone)", self.backbone_lr)

@@ -16,29 +16,30 @@ PERCEPTUAL_HELP = ("weight of a perceptual (LPIPS) term in the reconstruction lo
 @dataclass(frozen=True)
 class VQGANTaskConfig:
     data: str = option("fashion-mnist", "fashion-mnist, or a folder of images with one sub-folder per class "
-                       "(held out: its test/ or val/ folder, else --val-fraction)")
+                       "(held out: its test/ or val/ folder, else --val-fraction)", group="data")
     data_dir: str | None = option(None, "where Fashion-MNIST's files are (found or downloaded otherwise)",
-                                  metavar="DIR", default_text="search, then download")
+                                  metavar="DIR", default_text="search, then download", group="data")
     allow_partial_data: bool = option(False, "accept a Fashion-MNIST copy with fewer images than the official "
-                                      "60,000/10,000")
+                                      "60,000/10,000", group="data")
     model: str | None = option(None, "vqgan_small (Fashion-MNIST at 32×32), vqgan_f16_1024 (the paper's)",
-                               default_text="vqgan_small; with --weights TAG: the release's")
+                               default_text="vqgan_small; with --weights TAG: the release's", group="model")
     weights: str | None = option(None, "start from these weights: a vqgan run, a vitlab file, a taming checkpoint or "
                                  "a diffusers VQModel folder"
-                                 + WEIGHTS_BY_NAME, metavar="PATH", default_text="random")
+                                 + WEIGHTS_BY_NAME, metavar="PATH", default_text="random", group="model")
     strict: bool = strict_option()
     img_size: int | None = option(None, "image side: Fashion-MNIST is padded, folder images resized to it",
-                                  default_text="the model's resolution")
+                                  default_text="the model's resolution", group="data")
     val_fraction: float | None = option(None, "share of the training images held out to select the best checkpoint "
                                               "where the data has no val/ (default: 5,000 of Fashion-MNIST's "
-                                              "60,000; 0.1 of a folder)")
+                                              "60,000; 0.1 of a folder)", group="data")
     codebook_weight: float = option(1.0, "weight of the quantiser's loss L_VQ")
     perceptual_weight: float = option(0.0, PERCEPTUAL_HELP)
     disc_start: int = option(2000, "optimizer step at which the discriminator and the GAN term start")
     disc_weight: float = option(0.8, "factor on the adaptive GAN weight λ (taming's default)")
     eval_images: int = option(2000, "validation images scored at each evaluation during training, which selects "
                               "the best checkpoint (0: all; `vitlab eval` scores the whole test set)")
-    skip_bad_images: bool = option(False, "a folder: skip unreadable images (counted) instead of stopping")
+    skip_bad_images: bool = option(False, "a folder: skip unreadable images (counted) instead of stopping",
+                                   group="data")
 
     def __post_init__(self) -> None:
         check(self.codebook_weight >= 0, "codebook_weight", ">= 0", self.codebook_weight)
@@ -53,11 +54,11 @@ class VQGANTaskConfig:
 @dataclass(frozen=True)
 class PriorTaskConfig:
     vqgan: str | None = option(None, "the trained VQGAN run whose codes the prior models (its data, frozen)",
-                               metavar="RUN", default_text="none: required")
+                               metavar="RUN", default_text="none: required", group="data")
     model: str = option("gpt_prior_small", "the prior: gpt_prior_small; its codes, grid and classes come from the "
-                        "VQGAN run")
+                        "VQGAN run", group="model")
     data_dir: str | None = option(None, "where Fashion-MNIST's files are", metavar="DIR",
-                                  default_text="the VQGAN run's")
+                                  default_text="the VQGAN run's", group="data")
     classifier: str | None = option(None, "a classification run on the same data: FID in its feature space and "
                                     "the accuracy of its predictions on class-conditional samples", metavar="RUN",
                                     default_text="none: no FID")

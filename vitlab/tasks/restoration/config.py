@@ -31,40 +31,43 @@ def parse_degradations(text: str) -> tuple[str, ...]:
 class RestorationConfig:
     data: str | None = option(None, "photographs to train on: `vitlab fetch-photos`' folder (its train photographs), "
                               "a folder with train/ and test/ (or val/) image folders, or one folder of HR images "
-                              "(DIV2K, ...)", metavar="DIR", default_text="none: required")
+                              "(DIV2K, ...)", metavar="DIR", default_text="none: required", group="data")
     model: str | None = option(None, "ipt_small, ipt_base, or the CNN baseline edsr_baseline",
-                               default_text="ipt_small; with --weights TAG: the release's")
+                               default_text="ipt_small; with --weights TAG: the release's", group="model")
     degradations: str = option(PAPER_TASKS, "the tasks, comma-separated, one head and tail each: sr2 sr3 sr4 "
                                "(bicubic ×2/×3/×4), denoise30 denoise50 (Gaussian σ on 0–255), derain (synthetic "
-                               "streaks)", metavar="LIST")
+                               "streaks)", metavar="LIST", group="data")
     weights: str | None = option(None, "start from these weights: a restoration run, a file in vitlab's names, or an "
                                  "official IPT checkpoint (IPT_pretrain.pt, IPT_sr2.pt, ...); heads, tails and task "
                                  "embeddings are matched by task name"
-                                 + WEIGHTS_BY_NAME, metavar="PATH", default_text="random")
+                                 + WEIGHTS_BY_NAME, metavar="PATH", default_text="random", group="model")
     strict: bool = strict_option()
     global_residual: bool | None = option(None, "the network predicts the difference from the bicubic upsampling "
                                           "(super-resolution) or from the input (denoising, deraining), its tails "
                                           "starting at zero, so that an untrained model already gives the baseline",
                                           valued=True, default_text="the model's: true for ipt_small and "
-                                          "edsr_baseline, false for ipt_base and its releases")
-    patches_per_task: int = option(1600, "training patches of each task per epoch (random crops, drawn afresh)")
+                                          "edsr_baseline, false for ipt_base and its releases", group="model")
+    patches_per_task: int = option(1600, "training patches of each task per epoch (random crops, drawn afresh)",
+                                   group="data")
     halve: bool = option(True, "halve the photographs first (PIL bicubic): the wallpapers' JPEG and demosaicing "
                          "artefacts wash out", flag="--no-halve")
     contrastive_weight: float = option(0.0, "weight of IPT's contrastive term on the decoder's features (patches "
                                        "of one photograph are positives; the paper's 0.1); 0: L1 only")
     temperature: float = option(0.07, "the contrastive term's temperature")
     eval_data: str | None = option(None, "HR images to evaluate on", metavar="DIR", default_text="the data's test "
-                                   "photographs (test/ or val/)")
+                                   "photographs (test/ or val/)", group="data")
     val_fraction: float = option(0.1, "share of the training photographs held out (whole) to select the best "
-                                      "checkpoint where the data has no val/")
-    eval_crop: int = option(256, "evaluate on each test image's centre, this many pixels square (0: whole images)")
-    eval_seed: int = option(0, "seed of the test degradations (the same seed gives the same noisy and rainy inputs)")
+                                      "checkpoint where the data has no val/", group="data")
+    eval_crop: int = option(256, "evaluate on each test image's centre, this many pixels square (0: whole images)",
+                            group="data")
+    eval_seed: int = option(0, "seed of the test degradations (the same seed gives the same noisy and rainy inputs)",
+                            group="data")
     overlap: int = option(12, "tiled inference: pixels that neighbouring tiles share")
     blend: str = option(BLEND, "tiled inference: how overlapping tiles combine: window (a linear ramp across the "
                         "shared band), centre (each pixel from the tile it lies deepest in, the official rule) or "
                         "mean", choices=BLENDS)
     eval_batch_size: int = option(64, "tiled inference: tiles per forward pass")
-    skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping")
+    skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping", group="data")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -15,21 +15,21 @@ from ..weights_options import WEIGHTS_BY_NAME, strict_option
 class SegmentationConfig:
     data: str | None = option(None, "a segmentation folder: images/{train,val}/ + masks/{train,val}/ (vitlab "
                               "make-scenes), Pascal VOC's layout, or images/ + masks/", metavar="DIR",
-                              default_text="none: required")
+                              default_text="none: required", group="data")
     model: str | None = option(None, "a SETR model (vitlab models 'setr*')",
-                               default_text="setr_pup_small; with --weights TAG: the release's")
+                               default_text="setr_pup_small; with --weights TAG: the release's", group="model")
     weights: str | None = option(None, "start from these weights: a SETR run or file, or any ViT checkpoint vitlab "
                                  "reads (timm, Hugging Face, .npz, a vitlab run) for the encoder"
                                  + WEIGHTS_BY_NAME, metavar="PATH",
-                                 default_text="random")
+                                 default_text="random", group="model")
     strict: bool = strict_option()
     num_classes: int | None = option(None, "classes, background included", default_text="the data's (its class "
-                                     "names, or the largest mask value + 1)")
+                                     "names, or the largest mask value + 1)", group="data")
     crop_size: int | None = option(None, "training crops of this many pixels square", default_text="the model's "
-                                   "img_size")
-    scale_min: float = option(0.5, "random resizing of the shorter side to crop × [min, max]")
-    scale_max: float = option(2.0, "random resizing of the shorter side to crop × [min, max]")
-    hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip")
+                                   "img_size", group="data")
+    scale_min: float = option(0.5, "random resizing of the shorter side to crop × [min, max]", group="data")
+    scale_max: float = option(2.0, "random resizing of the shorter side to crop × [min, max]", group="data")
+    hflip: bool = option(True, "random horizontal flips in training", flag="--no-hflip", group="data")
     aux_weight: float = option(0.4, "weight of each auxiliary head's loss (0: train without them)")
     head_lr_mult: float = option(10.0, "the decoder's and auxiliary heads' share of --lr (the paper's 10×)")
     stride: int | None = option(None, "sliding-window evaluation: window step in pixels", default_text="2/3 of the "
@@ -39,10 +39,11 @@ class SegmentationConfig:
                         "it lies deepest in)", choices=BLENDS)
     eval_batch_size: int = option(8, "windows per batch in evaluation")
     val_fraction: float = option(0.1, "share of the training images held out to select the best checkpoint where "
-                                      "the folder has no val split")
-    skip_bad_images: bool = option(False, "skip unreadable images and their masks (counted) instead of stopping")
+                                      "the folder has no val split", group="data")
+    skip_bad_images: bool = option(False, "skip unreadable images and their masks (counted) instead of stopping",
+                                   group="data")
     skip_bad_annotations: bool = option(False, "skip bad masks (missing, of another size, values beyond the "
-                                        "classes) and their images (counted) instead of stopping")
+                                        "classes) and their images (counted) instead of stopping", group="data")
 
     def __post_init__(self) -> None:
         check(self.num_classes is None or self.num_classes >= 2, "num_classes", "at least 2", self.num_classes)

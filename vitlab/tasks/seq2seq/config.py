@@ -11,21 +11,24 @@ from ...engine.options import check, check_choices, option
 
 @dataclass(frozen=True)
 class Seq2SeqConfig:
-    problem: str = option("reverse", "what to learn", choices=TASKS)
-    num_symbols: int = option(10, "vocabulary: symbols 0 … N-1; for add, the base")
-    min_len: int | None = option(None, "shortest source; for add, digits per operand", default_text="1")
-    max_len: int | None = option(None, "longest source; for add, digits per operand", default_text="10; add: 5")
+    problem: str = option("reverse", "what to learn", choices=TASKS, group="data")
+    num_symbols: int = option(10, "vocabulary: symbols 0 … N-1; for add, the base", group="data")
+    min_len: int | None = option(None, "shortest source; for add, digits per operand", default_text="1", group="data")
+    max_len: int | None = option(None, "longest source; for add, digits per operand", default_text="10; add: 5",
+                                 group="data")
     test_split: str = option("unseen", "held-out sequences: 'unseen' (same lengths, never trained on) or 'longer' "
-                             "(max-len+1 … max-len+4)", choices=TEST_SPLITS)
-    test_size: int = option(500, "held-out pairs")
-    dim: int = option(64, "d_model")
-    depth: int = option(2, "encoder blocks, and as many decoder blocks")
-    num_heads: int = option(4, "attention heads")
-    mlp_ratio: float = option(4.0, "d_ff / d_model")
-    dropout: float = option(0.0, "dropout (the problems draw fresh data every step: nothing to overfit)")
-    norm: str = option("post", "post-norm as in the paper, or pre-norm", choices=("post", "pre"))
-    pos_embed: str = option("sincos", "fixed sinusoidal encoding or a learned table", choices=("sincos", "learn"))
-    tie_embeddings: bool = option(True, "one shared table for source, target and output", flag="--untied")
+                             "(max-len+1 … max-len+4)", choices=TEST_SPLITS, group="data")
+    test_size: int = option(500, "held-out pairs", group="data")
+    dim: int = option(64, "d_model", group="model")
+    depth: int = option(2, "encoder blocks, and as many decoder blocks", group="model")
+    num_heads: int = option(4, "attention heads", group="model")
+    mlp_ratio: float = option(4.0, "d_ff / d_model", group="model")
+    dropout: float = option(0.0, "dropout (the problems draw fresh data every step: nothing to overfit)", group="model")
+    norm: str = option("post", "post-norm as in the paper, or pre-norm", choices=("post", "pre"), group="model")
+    pos_embed: str = option("sincos", "fixed sinusoidal encoding or a learned table", choices=("sincos", "learn"),
+                            group="model")
+    tie_embeddings: bool = option(True, "one shared table for source, target and output", flag="--untied",
+                                  group="model")
     label_smoothing: float = option(0.1, "ε_ls of §5.4")
 
     def __post_init__(self) -> None:
