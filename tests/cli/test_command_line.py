@@ -181,7 +181,9 @@ def test_the_pages_name_only_recipes_that_exist_and_the_default_recipe_is_the_fi
     pages = "".join(page.read_text() for page in (ROOT / "docs").rglob("*.md")) + (ROOT / "README.md").read_text()
     named = set(re.findall(r"--config (recipes/\S+\.yaml)", pages))
     assert named and all((ROOT / name).is_file() for name in named), named
-    assert resolved(capsys, "--config", str(ROOT / "recipes" / "vit" / "fashion-mnist.yaml")) == resolved(capsys)
+    default = ROOT / "recipes" / "vit" / "fashion-mnist.yaml"
+    assert resolved(capsys, "--config", str(default)) == resolved(capsys)
+    assert f"```yaml\n{default.read_text()}```" in (ROOT / "docs" / "getting-started.md").read_text()
 
 
 # -- vitlab runs -------------------------------------------------------------------------------------------------

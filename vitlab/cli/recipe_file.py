@@ -26,6 +26,7 @@ from typing import Any
 from ..engine.config import LoopConfig
 from ..engine.flags import _true_or_false, _value_type
 from ..engine.options import GROUPS, OptionError
+from ..tasks.launch import DEFAULT_TASK
 
 # what a recipe may hold beside the options of the loop and of its task
 RUN_KEYS = ("out", "overwrite")
@@ -53,7 +54,7 @@ def read_recipe(path: str | Path, tasks: dict[str, type],
         raise RecipeError(f"{path} is a recipe for --task {named}; drop --task {task}, or give a {task} recipe")
     task = task or named
     flat = _flatten(data, path, tasks, task)
-    cls = tasks[task or "classification"]
+    cls = tasks[task or DEFAULT_TASK]
     return task, {key: _convert(key, value, _field_of(key, cls), path) for key, value in _known(flat, cls, tasks,
                                                                                                 task, path).items()}
 
@@ -99,9 +100,9 @@ def _flatten(data: dict[str, Any], path: Path, tasks: dict[str, type], task: str
         sections = [{key: value for key, value in data.items() if not (key in nests and isinstance(value, dict))}]
         for key, value in data.items():
             if key in nests and isinstance(value, dict):
-                if key in tasks and key != (task or "classification"):
+                if key in tasks and key != (task or DEFAULT_TASK):
                     raise RecipeError(f"{path}: a section `{key}:` holds --task {key}'s options, but the recipe "
-                                      f"is for --task {task or 'classification'}")
+                                      f"is for --task {task or DEFAULT_TASK}")
                 sections.append(value)
     flat: dict[str, Any] = {}
     for section in sections:
@@ -122,7 +123,7 @@ def _known(options: dict[str, Any], cls: type, tasks: dict[str, type], task: str
         owners = [name for name, other in tasks.items() if key in other.Config.__dataclass_fields__]
         if owners:
             raise RecipeError(f"{path}: {key} is an option of --task {' / '.join(owners)}, not of --task "
-                              f"{task or 'classification'}")
+                              f"{task or DEFAULT_TASK}")
         raise RecipeError(f"{path}: unknown option {key!r}{_close(key, [*takes, *RUN_KEYS])}")
     return options
 

@@ -137,7 +137,7 @@ def _fill(summary: RunSummary, record: dict[str, Any], rows: list[dict[str, Any]
     config, loop = record.get("config") or {}, record.get("loop") or {}
     summary.task = record["task"]
     summary.model = config.get("model") or (record.get("model_config") or {}).get("name")
-    data = config.get("data") or config.get("vqgan") or (record.get("data") or {}).get("name")
+    data = config.get("data") or (record.get("data") or {}).get("name")
     summary.data = str(data) if data is not None else None
     summary.unit = "epochs" if loop.get("epochs") else "steps"
     summary.planned = loop.get("epochs") or loop.get("steps")

@@ -17,6 +17,7 @@ from ..commands import command
 from ..engine.config import LoopConfig
 from ..engine.flags import add_config_options, given, shown_default
 from ..engine.options import GROUPS
+from ..tasks.launch import DEFAULT_TASK
 
 DESCRIPTION = ("Train a model. Without options it runs the default recipe: a ViT on Fashion-MNIST. `--task` picks "
                "another task, `--config FILE` reads the options from a recipe file (flags win over it).")
@@ -35,11 +36,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tasks = _task_classes()
     p = subparsers.add_parser("train", help="train a model", description=DESCRIPTION, add_help=False,
                               usage="vitlab train [--task TASK] [--config FILE] [OPTIONS]")
-    p.add_argument("-h", "--help", action=_TaskHelp, help=HELP_HELP)
-    add_run_options(p, tasks)
-    added = add_config_options(p, LoopConfig)
-    for cls in tasks.values():
-        added += add_config_options(p, cls.Config, skip=set(added))
+    run_group = p.add_argument_group("the run")  # the groups are the command-line reference's (cli/reference.py)
+    run_group.add_argument("-h", "--help", action=_TaskHelp, help=HELP_HELP)
+    add_run_options(run_group, tasks)
+    added = add_config_options(p.add_argument_group("training (every task)"), LoopConfig)
+    for name, cls in tasks.items():
+        added += add_config_options(p.add_argument_group(f"--task {name}"), cls.Config, skip=set(added))
     p.set_defaults(run=run)
 
 
@@ -72,7 +74,7 @@ def help_parser(task: str | None) -> argparse.ArgumentParser:
     tasks = _task_classes()
     if task is None:
         epilog = (f"Each task has its own options (data, model, losses) and defaults: vitlab train --task TASK "
-                  f"--help, TASK one of {', '.join(tasks)}. Without --task: classification.")
+                  f"--help, TASK one of {', '.join(tasks)}. Without --task: {DEFAULT_TASK}.")
         p = argparse.ArgumentParser(prog="vitlab train", description=DESCRIPTION, epilog=epilog, add_help=False,
                                     usage="vitlab train [--task TASK] [--config FILE] [OPTIONS]")
     else:
@@ -111,7 +113,8 @@ def recipe_default_texts(task_class: type) -> dict[str, str]:
 
 def add_run_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, tasks: dict[str, type]) -> None:
     p.add_argument("--task", choices=list(tasks), default=argparse.SUPPRESS, metavar="TASK",
-                   help=", ".join(f"{name} (default)" if name == "classification" else name for name in tasks))
+                   help="what to train: " + ", ".join(f"{name} (default)" if name == DEFAULT_TASK else name
+                                                     for name in tasks))
     p.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                    help="read the options from a recipe file: YAML or JSON, flat or grouped as here (a run's "
                    "config.json repeats that run); flags win over it (default: none)")
@@ -139,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
         task, from_file = read_recipe(args.config, _task_classes(), task)
         options = merged(from_file, options)
-    task = task or "classification"
+    task = task or DEFAULT_TASK
     if getattr(args, "print_config", False):
         return print_config(task, options)
     return train_and_report(task, options)

@@ -61,7 +61,10 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def train(task: str = "classification", *, out: str | None = None, overwrite: bool = False,
+DEFAULT_TASK = "classification"  # what `vitlab train` trains without --task
+
+
+def train(task: str = DEFAULT_TASK, *, out: str | None = None, overwrite: bool = False,
           **options: Any) -> dict[str, Any]:
     """Train a new run; returns the last metrics row plus `run_dir`. `options`: fields of the task's config and
     of LoopConfig (`train(epochs=2, model="vit_mini_patch7_28", lr=1e-3)`)."""
@@ -71,7 +74,7 @@ def train(task: str = "classification", *, out: str | None = None, overwrite: bo
     return _run(cls, config, loop_config(cls, config, loop_options), out, overwrite=overwrite, saved=None)
 
 
-def resolved_recipe(task: str = "classification", **options: Any) -> tuple[Any, LoopConfig]:
+def resolved_recipe(task: str = DEFAULT_TASK, **options: Any) -> tuple[Any, LoopConfig]:
     """(the task's config, the loop's) that `train(task, **options)` would run with: every default filled from the
     task's recipe and the model it builds where none is named. Nothing is read or trained."""
     cls = get_task(task)
