@@ -53,10 +53,9 @@ def read_recipe(path: str | Path, tasks: dict[str, type],
     if task is not None and named is not None and named != task:
         raise RecipeError(f"{path} is a recipe for --task {named}; drop --task {task}, or give a {task} recipe")
     task = task or named
-    flat = _flatten(data, path, tasks, task)
     cls = tasks[task or DEFAULT_TASK]
-    return task, {key: _convert(key, value, _field_of(key, cls), path) for key, value in _known(flat, cls, tasks,
-                                                                                                task, path).items()}
+    options = _known(_flatten(data, path, tasks, task), cls, tasks, task, path)
+    return task, {key: _convert(key, value, _hint_of(key, cls), path) for key, value in options.items()}
 
 
 def merged(from_file: dict[str, Any], typed: dict[str, Any]) -> dict[str, Any]:
@@ -133,17 +132,17 @@ def _close(key: str, names: Any) -> str:
     return f" (did you mean {' or '.join(near)}?)" if near else ""
 
 
-def _field_of(key: str, cls: type) -> tuple[Any, dataclasses.Field | None]:
+def _hint_of(key: str, cls: type) -> Any:
+    """The type of option `key`: its field's in the task's config or the loop's."""
     for config in (cls.Config, LoopConfig):
         if key in config.__dataclass_fields__:
-            return typing.get_type_hints(config)[key], config.__dataclass_fields__[key]
-    return bool if key == "overwrite" else str, None
+            return typing.get_type_hints(config)[key]
+    return bool if key == "overwrite" else str
 
 
-def _convert(key: str, value: Any, hint_and_field: tuple[Any, Any], path: Path) -> Any:
+def _convert(key: str, value: Any, hint: Any, path: Path) -> Any:
     """`value` as the field's type: what the command line's flag would have made of it (YAML reads 1e-3 as a
     string, JSON has no tuples)."""
-    hint, _ = hint_and_field
     if value is None:
         return None
     base, count = _value_type(hint)

@@ -16,7 +16,7 @@ RECIPE = "the data's recipe"
 @dataclass(frozen=True)
 class ClassificationConfig:
     data: str = option("fashion-mnist", "'fashion-mnist' or a folder of class sub-folders", group="data")
-    data_dir: str | None = option(None, "where Fashion-MNIST's files are",
+    data_dir: str | None = option(None, "where Fashion-MNIST's files are", metavar="DIR",
                                   default_text="$VITLAB_DATA, /usr/share/datasets, then download", group="data")
     model: str | None = option(None, "registered model name (`vitlab models` lists them)", default_text=RECIPE,
                                group="model")
@@ -35,8 +35,8 @@ class ClassificationConfig:
                                          "pays where training flipped the images", valued=True,
                                          default_text=RECIPE)
     val_fraction: float | None = option(None, "share of the training images held out to select the best checkpoint "
-                                              "where the data has no val/ (default: 5,000 of Fashion-MNIST's "
-                                              "60,000; 0.1 of a folder)", group="data")
+                                              "where the data has no val/",
+                                        default_text="5,000 of Fashion-MNIST's 60,000; 0.1 of a folder", group="data")
     skip_bad_images: bool = option(False, "skip unreadable images (counted) instead of stopping", group="data")
     allow_partial_data: bool = option(False, "accept a Fashion-MNIST copy with fewer images than the official "
                                       "60,000/10,000", group="data")

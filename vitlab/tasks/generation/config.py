@@ -30,8 +30,8 @@ class VQGANTaskConfig:
     img_size: int | None = option(None, "image side: Fashion-MNIST is padded, folder images resized to it",
                                   default_text="the model's resolution", group="data")
     val_fraction: float | None = option(None, "share of the training images held out to select the best checkpoint "
-                                              "where the data has no val/ (default: 5,000 of Fashion-MNIST's "
-                                              "60,000; 0.1 of a folder)", group="data")
+                                              "where the data has no val/",
+                                        default_text="5,000 of Fashion-MNIST's 60,000; 0.1 of a folder", group="data")
     codebook_weight: float = option(1.0, "weight of the quantiser's loss L_VQ")
     perceptual_weight: float = option(0.0, PERCEPTUAL_HELP)
     disc_start: int = option(2000, "optimizer step at which the discriminator and the GAN term start")
