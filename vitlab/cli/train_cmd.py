@@ -128,7 +128,8 @@ def add_run_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, tasks:
     # --max-restarts and requeued jobs
     p.add_argument("--resume", metavar="RUN_DIR", default=argparse.SUPPRESS,
                    help="continue a stopped run from its last checkpoint, with its own options; `--resume auto --out "
-                   "DIR`: resume the run in DIR if it holds this run's checkpoint, else start it there")
+                   "DIR`: resume the run in DIR if it holds this run's checkpoint, else start it there (default: a new "
+                   "run)")
 
 
 def run(args: argparse.Namespace) -> int:
