@@ -32,6 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--oversize", choices=["refuse", "downscale"], default="refuse", help="an image above "
                    "--max-pixels: refuse it (HTTP 413) or downscale it to fit (default: refuse)")
     add_runtime_flags(p)
+    p.add_argument("--reload", action="store_true", help="follow run folders that are still training: when a run's "
+                   "weights file is replaced (a new best checkpoint), the next answer loads it first; each answer "
+                   "comes from one complete checkpoint (torch only)")
     p.add_argument("--no-page", dest="page", action="store_false", help="serve the API only, without the "
                    "Gradio page (default: both)")
     p.set_defaults(run=run)
@@ -58,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
                          oversize=args.oversize)
     pool = WorkerPool(args.workers, args.queue)
     threads = pool.share_cores()
-    runs = load_runs(args.run_dirs, args.weights,
-                     runtime=lambda model, source: on_runtime(model, args, source, threads))
+    torch_as_it_is = args.runtime == "torch" and args.precision == "fp32" and args.threads is None
+    runs = load_runs(args.run_dirs, args.weights, reload=args.reload,
+                     runtime=None if torch_as_it_is and args.reload else
+                     lambda model, source: on_runtime(model, args, source, threads))
     app = create_app(runs, pool, limits, page=args.page)
     for served in runs:
         print(f"  {served.name}: {served.kind}, {served.model_name} ({served.weights} weights), "

@@ -4,14 +4,23 @@ Each answer is the run's task's own (`task.answer`, the functions `vitlab predic
 and `vitlab reconstruct` call): the upload is written as a PNG into a folder of its own for the one request, the
 task reads it from there and writes its pictures beside it, and they come back as base64 PNG. Nothing is shared
 between requests but the models, which are only read. This module knows no task by name.
+
+With `reload`, a run folder's weights file is watched: when training replaces it (a new best checkpoint), the next
+answer first loads it into a copy of the model and answers from that; answers in flight keep the model they started
+with. Every checkpoint is written whole and renamed into place (checkpoint.py), so what is read is one complete
+file, the old or the new, never a half-written one.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
+import os
 import re
 import tempfile
+import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +47,31 @@ class ServedRun:
     weights: str
     context: dict[str, Any] = field(default_factory=dict)
     examples: list[Path] = field(default_factory=list)
+    follows: Path | None = None  # with reload: the weights file whose replacement is loaded before the next answer
+    _loaded: tuple[int, int, int] | None = None  # that file's identity when its weights were loaded
+    _reloading: threading.Lock = field(default_factory=threading.Lock)
+
+    def current_model(self) -> nn.Module:
+        """The model to answer with: with reload, the weights the run's file holds now (a file replaced since the
+        last answer is loaded first, into a copy of the model); a file that cannot be read keeps the old weights,
+        with a warning."""
+        if self.follows is None:
+            return self.model
+        with self._reloading:
+            now = file_identity(self.follows)
+            if now is not None and now != self._loaded:
+                from ..checkpoint import read_state_dict
+
+                self._loaded = now  # a damaged file is tried again only once it is replaced
+                try:
+                    model = copy.deepcopy(self.model)
+                    model.load_state_dict(read_state_dict(self.follows)[0])
+                except Exception as error:  # noqa: BLE001 - the server keeps answering with the weights it has
+                    warnings.warn(f"{self.name}: {self.follows} could not be loaded ({error}); still serving the "
+                                  f"weights loaded before", stacklevel=2)
+                else:
+                    self.model = model
+            return self.model
 
     @property
     def kind(self) -> str:
@@ -104,14 +138,28 @@ def _default_text(f: dataclasses.Field) -> str:
     return str(f.default).lower() if isinstance(f.default, bool) else str(f.default)
 
 
+def file_identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, modification time, size): changes when a file is replaced; None where there is no file."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
 def load_runs(paths: list[str | Path], weights: str = "best",
-              runtime: Callable[[nn.Module, Any], nn.Module] | None = None) -> list[ServedRun]:
+              runtime: Callable[[nn.Module, Any], nn.Module] | None = None, reload: bool = False) -> list[ServedRun]:
     """Each run folder or model by name (a release tag, hf-hub:org/name, a weights file: tasks/sources.py) loaded
     once; names are the folder names (a model's name made URL-safe), made unique with -2, -3, ... `weights`: which of
     each run's weights. `runtime(model, source)`: the model to serve in place of each one's own (a task decoding in
-    a Python loop stays on torch)."""
+    a Python loop stays on torch). `reload`: follow each run folder's weights file (see the module's doc); run
+    folders served on torch only."""
     from ..engine.run import RunDir
     from ..tasks.sources import is_run_folder, open_source
+
+    if reload and runtime is not None:
+        raise ValueError("--reload serves runs on torch's own path: a runtime's graph would have to be made again "
+                         "for each new checkpoint (leave out --runtime, --precision and --threads, or --reload)")
 
     runs: list[ServedRun] = []
     for given in map(str, paths):
@@ -120,7 +168,13 @@ def load_runs(paths: list[str | Path], weights: str = "best",
             raise FileNotFoundError(f"{path} is not a run folder (no config.json): give folders written by "
                                     f"`vitlab train --out RUN`, or models by name")
         run_folder = is_run_folder(path)
-        source = open_source(given, weights=RunDir(path).kept_weights(weights) if run_folder else None)
+        if reload and not run_folder:
+            raise ValueError(f"--reload follows run folders as they train; {given} is a model by name, whose "
+                             f"weights do not change (serve it without --reload)")
+        kept = RunDir(path).kept_weights(weights) if run_folder else None
+        follows = RunDir(path).weights_file(kept) if reload else None
+        loaded = file_identity(follows) if follows else None  # before reading: a newer file is loaded at once
+        source = open_source(given, weights=kept)
         task = source.task
         if not task.serves():
             from ..tasks import TASKS
@@ -135,7 +189,8 @@ def load_runs(paths: list[str | Path], weights: str = "best",
         name, suffix = base, 2
         while any(run.name == name for run in runs):
             name, suffix = f"{base}-{suffix}", suffix + 1
-        run = ServedRun(name, path, task, source.saved, model, source.weights, task.serving_context(source.saved))
+        run = ServedRun(name, path, task, source.saved, model, source.weights, task.serving_context(source.saved),
+                        follows=follows, _loaded=loaded)
         run.examples = example_images(run)
         runs.append(run)
     return runs
@@ -189,7 +244,7 @@ def predict(run: ServedRun, image: Image.Image | None, filename: str | None = No
             path.parent.mkdir()
             png_safe(image).save(path)
         try:
-            result = encoded(run.task.answer(run.model, run.saved, path, folder, run.context, **options))
+            result = encoded(run.task.answer(run.current_model(), run.saved, path, folder, run.context, **options))
         except (ValueError, FileNotFoundError) as error:  # what the task refuses (a threshold out of range, ...)
             if isinstance(error, BadInput):
                 raise
