@@ -327,6 +327,31 @@ def test_a_run_killed_inside_an_epoch_resumes_from_its_inside_checkpoint_to_the_
         RunDir(tmp_path / "straight").read_metrics())
 
 
+def test_a_checkpoint_inside_an_epoch_resumes_only_with_the_processes_that_wrote_it(tmp_path):
+    """Inside an epoch, where a run was is each process's share of the epoch's images: a checkpoint written there
+    by two processes (each with its own random streams) is refused to one, saying how to resume it; at an epoch's
+    end the same checkpoint resumes with a warning (the next epoch is cut afresh)."""
+    import torch as th
+
+    with pytest.raises(Killed):
+        run_toy(killed_at(Regression, 14), tmp_path / "inside", checkpoint_every_steps=3)
+    run = RunDir(tmp_path / "inside")
+    state = run.load_state()
+    assert state["partial"] is not None
+    state["per_rank"] = [state["per_rank"][0]] * 2  # as two processes under torchrun would have written it
+    th.save(state, run.file("state.pt"))
+    with pytest.raises(ValueError, match=r"inside epoch 2, written by 2 process\(es\).*Resume it with 2 "
+                                         r"process\(es\) \(torchrun --nproc_per_node 2"):
+        run_toy(Regression, tmp_path / "inside", resume=True, checkpoint_every_steps=3)
+    run_toy(Regression, tmp_path / "epochs", max_epochs_this_run=1)
+    run = RunDir(tmp_path / "epochs")
+    state = run.load_state()
+    state["per_rank"] = [state["per_rank"][0]] * 2
+    th.save(state, run.file("state.pt"))
+    with pytest.warns(UserWarning, match="trained by 2 process\\(es\\) and resumes with 1"):
+        run_toy(Regression, tmp_path / "epochs", resume=True)
+
+
 def in_a_clean_child(target, *args) -> int:
     """Run `target(*args)` in a child process and return its exit code (negative: the signal that ended it). The
     child is forked from multiprocessing's fork server, a process that never ran autograd: a fork of this test

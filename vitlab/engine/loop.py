@@ -317,8 +317,18 @@ class _Loop:
 
     def _rng_for_rank(self, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         """This process's saved random state (and data stream); a run resumed with another number of processes
-        cannot replay the same draws, and says so."""
+        cannot replay the same draws, and says so. Inside an epoch it cannot go on at all: where it was in the
+        epoch is each process's share of the epoch's images, which another number of processes would cut
+        differently (images seen twice, others skipped), so that is refused."""
         if len(per_rank) != self.dist.world_size:
+            if self.partial is not None and self.epochs_data:
+                raise ValueError(
+                    f"{self.run_dir.path}'s last checkpoint is inside epoch {self.step // self.steps_per_epoch + 1}, "
+                    f"written by {len(per_rank)} process(es); its place in the epoch is each process's share of "
+                    f"the images, which {self.dist.world_size} process(es) would cut differently (some images "
+                    f"twice, others never). Resume it with {len(per_rank)} process(es)"
+                    + (f" (torchrun --nproc_per_node {len(per_rank)} -m vitlab train --resume ...)"
+                       if len(per_rank) > 1 else " (without torchrun)"))
             if self.dist.is_main:
                 warnings.warn(f"the run was trained by {len(per_rank)} process(es) and resumes with "
                               f"{self.dist.world_size}: it continues, but not draw for draw as the original would "
