@@ -13,7 +13,7 @@ import json
 from ..commands import command
 from ..engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 from ..tasks.runtime_flags import add_runtime_flags, on_runtime
-from .options import add_run_help, add_task_options, command_help_parser, task_options
+from .options import add_run_command, task_options
 
 FIELDS: list[str] = []
 
@@ -23,11 +23,7 @@ HELP = "evaluate a trained run on its test data (or other data)"
 
 @command("eval", order=20)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("eval", help=HELP, add_help=False)
-    add_run_help(p, lambda task: command_help_parser("eval", HELP, task, "EvalOptions", add_common_options))
-    add_common_options(p)
-    FIELDS[:] = add_task_options(p, "EvalOptions")
-    p.set_defaults(run=run)
+    FIELDS[:] = add_run_command(subparsers, "eval", HELP, "EvalOptions", add_common_options, run)
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:

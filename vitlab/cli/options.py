@@ -100,3 +100,15 @@ def command_help_parser(name: str, description: str | None, task: str | None, at
     if task:
         add_task_options(p, attribute, only=task)
     return p
+
+
+def add_run_command(subparsers: argparse._SubParsersAction, name: str, help: str, attribute: str,
+                    add_common: Callable[[argparse.ArgumentParser], None], run: Callable) -> list[str]:
+    """`vitlab NAME RUN_OR_NAME ...` (eval, predict): the options every run takes (`add_common`), every task's
+    `attribute` options (a run's task takes its own: `task_options`), and a `--help` that shows the run's task's.
+    Returns the task options' field names."""
+    p = subparsers.add_parser(name, help=help, add_help=False)
+    add_run_help(p, lambda task: command_help_parser(name, help, task, attribute, add_common))
+    add_common(p)
+    p.set_defaults(run=run)
+    return add_task_options(p, attribute)

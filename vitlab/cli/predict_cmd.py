@@ -10,7 +10,7 @@ import json
 from ..commands import command
 from ..engine.flags import SELECTED_WEIGHTS, add_source_arguments, add_weights_flag
 from ..tasks.runtime_flags import add_runtime_flags, on_runtime
-from .options import add_run_help, add_task_options, command_help_parser, task_options
+from .options import add_run_command, task_options
 
 FIELDS: list[str] = []
 
@@ -21,11 +21,7 @@ HELP = ("predict with a trained run or a released model (classify, detect, segme
 
 @command("predict", order=30)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("predict", help=HELP, add_help=False)
-    add_run_help(p, lambda task: command_help_parser("predict", HELP, task, "PredictOptions", add_common_options))
-    add_common_options(p)
-    FIELDS[:] = add_task_options(p, "PredictOptions")
-    p.set_defaults(run=run)
+    FIELDS[:] = add_run_command(subparsers, "predict", HELP, "PredictOptions", add_common_options, run)
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
