@@ -146,7 +146,7 @@ def _convert(key: str, value: Any, hint: Any, path: Path) -> Any:
     if value is None:
         return None
     base, count = _value_type(hint)
-    if typing.get_origin(hint) is dict or base is dict or typing.get_origin(base) is dict:
+    if base is dict or typing.get_origin(base) is dict:  # a mapping option (model_overrides)
         if not isinstance(value, dict):
             raise OptionError(key, f"in {path} must be a mapping, got {value!r}")
         return value

@@ -116,7 +116,7 @@ def summarize(path: Path, root: Path) -> RunSummary:
     try:
         record = json.loads((path / CONFIG_FILE).read_text())
         if not isinstance(record, dict) or not isinstance(record.get("task"), str):
-            raise ValueError("config.json names no task")
+            raise ValueError("it names no task")
         rows = read_jsonl(path / METRICS_FILE) if (path / METRICS_FILE).is_file() else []
     except FileNotFoundError:
         summary.why = "no config.json (a run folder copied in part, or not a run)"
