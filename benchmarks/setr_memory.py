@@ -3,6 +3,7 @@ out-of-memory reports users make against the official code.
 
     python benchmarks/setr_memory.py --decoders naive pup mla   # what the README shows
     python benchmarks/setr_memory.py                             # PUP only, fused and explicit attention
+    python benchmarks/setr_memory.py --smoke --crop 32            # every path in seconds: the encoder at width 256
 
 Each measurement runs in a fresh process: the model (the paper's, 19 classes, auxiliary heads on), SGD with momentum
 (the official recipe) and one forward + backward + step on a random 768 crop, with the cross-entropy of the main
@@ -53,7 +54,12 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
-def measure(decoder: str, attention: str, crop: int) -> dict:
+# --smoke: the paper's model (24 blocks, 4 auxiliary heads) at a quarter of ViT-L's width, 19 M parameters instead
+# of 300 M: every path of a measurement in seconds, with weights still large beside the process's own noise
+SMOKE = {"dim": 256, "num_heads": 4, "channels": 64}
+
+
+def measure(decoder: str, attention: str, crop: int, smoke: bool = False) -> dict:
     """One step in this process (call in a fresh one)."""
     import time
 
@@ -65,7 +71,8 @@ def measure(decoder: str, attention: str, crop: int) -> dict:
     from vitlab.tasks.segmentation.task import pixel_cross_entropy
 
     torch.manual_seed(0)
-    model = create_model(f"setr_{decoder}_vit_large_patch16_384", img_size=crop).train()
+    model = create_model(f"setr_{decoder}_vit_large_patch16_384", img_size=crop,
+                         **(SMOKE if smoke else {})).train()
     for module in model.modules():
         if hasattr(module, "fused"):
             module.fused = attention == "fused"
@@ -85,7 +92,7 @@ def measure(decoder: str, attention: str, crop: int) -> dict:
             "aux_heads": len(out.aux_logits), "weights_gib": params * 4 / 2**30,
             "states_gib": 3 * params * 4 / 2**30, "runtime_gib": runtime, "rss_before_step_gib": before,
             "peak_rss_gib": peak, "tensors_gib": peak - runtime, "step_gib": peak - before, "step_s": seconds,
-            "torch": torch.__version__}
+            "smoke": smoke, "torch": torch.__version__}
 
 
 def by_decoder(record: dict) -> str:
@@ -126,6 +133,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--decoders", nargs="+", default=["pup"], choices=["naive", "pup", "mla"])
     parser.add_argument("--attention", nargs="+", default=["fused", "explicit"], choices=["fused", "explicit"])
     parser.add_argument("--crop", type=int, default=768)
+    parser.add_argument("--smoke", action="store_true", help="the encoder at width 256: every path, not the figures")
     parser.add_argument("--one", nargs=2, metavar=("DECODER", "ATTENTION"), help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(RESULTS / "setr_memory.json"))
     from benchmarks.harness import add_beside_option  # no torch: the --one processes measure from a bare start
@@ -133,12 +141,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     add_beside_option(parser)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(measure(*args.one, args.crop)))
+        print(json.dumps(measure(*args.one, args.crop, args.smoke)))
         return []
     rows = []
     for decoder in args.decoders:
         for attention in args.attention:
-            done = subprocess.run([sys.executable, __file__, "--one", decoder, attention, "--crop", str(args.crop)],
+            done = subprocess.run([sys.executable, __file__, "--one", decoder, attention, "--crop", str(args.crop),
+                                   *(["--smoke"] if args.smoke else [])],
                                   capture_output=True, text=True, check=True)
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)

@@ -37,32 +37,33 @@ def test_the_wheel_installs_into_a_fresh_environment_and_runs(tmp_path):
         assert any(name.endswith("vitlab/data/photos.json") for name in archive.getnames())
 
     env = tmp_path / "env"
-    _run(sys.executable, "-m", "venv", env)
+    # without pip of its own (making one costs seconds): this environment's pip installs into it (`pip --python`)
+    _run(sys.executable, "-m", "venv", "--without-pip", env)
     python = env / "bin" / "python"
     site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check", wheel)
+    _run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
+         "--disable-pip-version-check", wheel)
 
     top = _run(env / "bin" / "vitlab", "--help")
     assert "train" in top
     assert "vit_base_patch16_224" in _run(env / "bin" / "vitlab", "models")
+    # in one process (each costs seconds of imports): where vitlab comes from, its package data, a forward pass, and
+    # every command `vitlab --help` lists answering its own --help from the wheel (none needs the clone's files)
     out = _run(python, "-c", """
-import importlib.resources, torch, vitlab
+import contextlib, importlib.resources, io, torch, vitlab
+from vitlab.cli.main import build_parser, main
 print(vitlab.__file__)
 print(importlib.resources.files("vitlab.data").joinpath("photos.json").is_file())
 print(tuple(vitlab.create_model("vit_tiny_patch16_224", num_classes=3)(torch.randn(1, 3, 224, 224)).shape))
-""", cwd=tmp_path).split()
-    assert out[0].startswith(str(site)), f"vitlab came from {out[0]}, not from the installed wheel"
-    assert out[1:] == ["True", "(1,", "3)"]
-    # every command `vitlab --help` lists answers its own --help from the wheel (none needs the clone's files)
-    listed = _run(python, "-c", """
-import contextlib, io
-from vitlab.cli.main import build_parser, main
 commands = sorted(build_parser()._subparsers._group_actions[0].choices)
 for command in commands:
     with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
         main([command, "--help"])
     assert f"usage: vitlab {command}" in out.getvalue(), command
 print(" ".join(commands))
-""", cwd=tmp_path).split()
+""", cwd=tmp_path).splitlines()
+    assert out[0].startswith(str(site)), f"vitlab came from {out[0]}, not from the installed wheel"
+    assert out[1:3] == ["True", "(1, 3)"]
+    listed = out[3].split()
     assert len(listed) >= 15 and all(f"    {command}" in top for command in listed)

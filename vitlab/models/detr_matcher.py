@@ -17,7 +17,6 @@ Shapes: B images, N predictions per image, K + 1 classes, M_b objects in image b
 from __future__ import annotations
 
 import torch
-from scipy.optimize import linear_sum_assignment
 from torchvision.ops import box_convert, generalized_box_iou
 
 Match = tuple[torch.Tensor, torch.Tensor]  # (prediction indices, object indices), both (M_b,) int64
@@ -64,6 +63,9 @@ class HungarianMatcher:
         cost = self.cost_matrix(logits.flatten(0, 1).float(), boxes.flatten(0, 1).float(), labels,
                                 target_boxes.float())
         cost = cost.view(B, N, -1).cpu()  # (B, N, ΣM)
+        # imported here: scipy.optimize costs a third of a second, and every vitlab command imports this module
+        from scipy.optimize import linear_sum_assignment
+
         matches = []
         for b, block in enumerate(cost.split(sizes, dim=-1)):  # block: (B, N, M_b); image b's own is block[b]
             rows, cols = linear_sum_assignment(block[b].numpy())
