@@ -100,6 +100,7 @@ def test_process_settings_benchmark_times_each_library_alone_under_both(tmp_path
     assert "vitlab (its settings) / timm (defaults)" in (tmp_path / "t.md").read_text()
 
 
+@pytest.mark.slow  # fresh processes, one per measurement
 def test_process_settings_benchmark_times_each_setting_alone_against_the_defaults(tmp_path):
     script = _load_script("process_settings")
     result = script.main(["--quick", "--libraries", "vitlab", "--models", "vit_mini_patch7_28", "--settings",
@@ -386,6 +387,7 @@ def test_the_seams_are_the_tile_edges_inside_the_image():
     assert set(torch.nonzero(_load_script("ipt_restoration").seam_mask(40, 48, 36, 2)).flatten().tolist()) == set()
 
 
+@pytest.mark.slow  # fresh processes, one per measurement
 def test_ipt_speed_benchmark_times_tiled_inference(tmp_path):
     data = _skimage_photo_folder(tmp_path / "photos")
     rows = _load_script("ipt_speed").main(["--quick", "--data", str(data), "--out", str(tmp_path)])

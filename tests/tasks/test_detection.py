@@ -153,9 +153,10 @@ def test_one_batch_overfits():
                {"labels": torch.tensor([1]), "boxes": torch.tensor([[0.5, 0.5, 0.4, 0.4]])}]
     model = tiny_detr()
     criterion = SetCriterion(3, HungarianMatcher())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # at 2e-3 the loss falls to about 1.5 % of its first value in 150 steps (1e-3 needed 300 for 1.3 %)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
     first = None
-    for _ in range(300):
+    for _ in range(150):
         losses = criterion(model(images), targets)
         first = first if first is not None else losses["loss"].item()
         optimizer.zero_grad()
