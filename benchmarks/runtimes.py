@@ -192,7 +192,16 @@ def _first(out: Any) -> Any:
 def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = True, progress=print,
             target_s: float = 2.0, int8: bool = False, bf16: bool = True, share_graphs: bool = False) -> list[dict]:
     """`calls` timed calls per row per round; 0: as many as fill `target_s` (1 to 20, from a warm call).
-    `share_graphs`: the rows of the model convert its graph once (contenders' `cache_dir`)."""
+    `share_graphs`: the rows of the model convert its graph once (contenders' `cache_dir`, a temporary folder
+    removed when the model's rows are done)."""
+    if not share_graphs:
+        return _measure(case, rounds, calls, optimum, compile, progress, target_s, int8, bf16, None)
+    with tempfile.TemporaryDirectory(prefix="runtimes-graphs-") as graphs:
+        return _measure(case, rounds, calls, optimum, compile, progress, target_s, int8, bf16, Path(graphs))
+
+
+def _measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool, progress, target_s: float,
+             int8: bool, bf16: bool, graphs: Path | None) -> list[dict]:
     import torch
 
     from benchmarks.harness.costs import peak_rss_mib, peak_rss_reset, rss_mib
@@ -203,8 +212,7 @@ def measure(case: Case, rounds: int, calls: int, optimum: bool, compile: bool = 
     model = create_model(case.name).eval()
     shape = case.shape or (model.config.in_chans, *model.patch_embed.img_size)
     x = torch.rand(case.batch, *shape) if case.name.startswith("ipt") else torch.randn(case.batch, *shape)
-    entries = contenders(case, model, bf16 and bf16_supported("cpu"), optimum, compile, int8,
-                         Path(tempfile.mkdtemp(prefix="runtimes-graphs-")) if share_graphs else None)
+    entries = contenders(case, model, bf16 and bf16_supported("cpu"), optimum, compile, int8, graphs)
     fns, rows = {}, {}
     with torch.inference_mode():
         expected = _first(model(x))

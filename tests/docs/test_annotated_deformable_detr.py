@@ -1,3 +1,4 @@
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ def test_the_runner_finds_every_block():
 @pytest.mark.skipif(not fashion_mnist_installed(), reason="Fashion-MNIST is not installed (scripts/setup.sh does it)")
 def test_the_walkthrough_runs_top_to_bottom_and_draws_its_figures(tmp_path, monkeypatch):
     monkeypatch.setenv("VITLAB_DOCS_IMG", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's throwaway folders: in the test's own
     namespace = run_markdown(DOC)
     text = DOC.read_text()
     for figure in FIGURES:

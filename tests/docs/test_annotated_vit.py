@@ -1,3 +1,4 @@
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ def test_the_runner_finds_every_block():
 @pytest.mark.skipif(not fashion_mnist_installed(), reason="Fashion-MNIST is not installed (scripts/setup.sh does it)")
 def test_the_walkthrough_runs_top_to_bottom_and_draws_its_figures(tmp_path, monkeypatch):
     monkeypatch.setenv("VITLAB_DOCS_IMG", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's throwaway folders: in the test's own
     namespace = run_markdown(DOC)
     for figure in ("patches.png", "patches_14x4.png", "pos_sincos.png", "pos_learned.png", "sqrt_dk.png",
                    "rollout.png"):
