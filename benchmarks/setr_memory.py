@@ -121,7 +121,9 @@ def write(rows: list[dict], out: Path, crop: int, beside: str = "nothing") -> No
     m = machine()
     reports = "\n".join(f"- {line}" for line in REPORTS)
     table = "\n".join(lines)
-    text = (f"{table}\n\n{crop} × {crop} crop, batch 1, fp32, SGD with momentum; {m['cpu']}, "
+    smoke = (" (a smoke run: the encoder at width 256, not the paper's model)"
+             if any(row.get("smoke") for row in rows) else "")
+    text = (f"{table}\n\n{crop} × {crop} crop, batch 1, fp32, SGD with momentum{smoke}; {m['cpu']}, "
             f"{m['threads']} threads, torch {m['torch']}\n\nReported against the official code:\n{reports}\n")
     print(text)
     write_json(out, {"machine": m, "results": rows, "reports": REPORTS}, beside=beside)
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--crop", type=int, default=768)
     parser.add_argument("--smoke", action="store_true", help="the encoder at width 256: every path, not the figures")
     parser.add_argument("--one", nargs=2, metavar=("DECODER", "ATTENTION"), help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=str(RESULTS / "setr_memory.json"))
+    parser.add_argument("--out", help="the JSON to write (default: benchmarks/results/setr_memory.json; with --smoke, "
+                                      "setr_memory_smoke.json: a smoke run never replaces the measured figures)")
     from benchmarks.harness import add_beside_option  # no torch: the --one processes measure from a bare start
 
     add_beside_option(parser)
@@ -151,7 +154,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                   capture_output=True, text=True, check=True)
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
-    write(rows, Path(args.out), args.crop, args.beside)
+    out = Path(args.out) if args.out else RESULTS / ("setr_memory_smoke.json" if args.smoke else "setr_memory.json")
+    write(rows, out, args.crop, args.beside)
     return rows
 
 
