@@ -76,6 +76,8 @@ def test_every_family_in_int8_stays_near_fp32(name, backend, graph_cache):
                 error = float(torch.linalg.norm(torch.as_tensor(got[key]) - value) / torch.linalg.norm(value))
                 assert error <= TOLERANCE[key], f"{key}: relative error {error:.3f} at {shape}"
     assert int8.describe().split(", ")[1] == "int8"
+    if backend == "openvino":
+        assert not openvino_activation_products_in_int8(written[0]["path"])
     # the file says what it is, and loads as int8 alone
     path = written[0]["path"]
     assert runtime.export.read_metadata(path)["int8"]["backend"] == backend
@@ -83,6 +85,41 @@ def test_every_family_in_int8_stays_near_fp32(name, backend, graph_cache):
     assert loaded.precision == "int8"
     with pytest.raises(ValueError, match="int8 graph, not fp32"):
         runtime.load(path, precision="fp32")
+
+
+SHAPE_OPS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Convert")
+
+
+def openvino_activation_products_in_int8(path) -> list[str]:
+    """The ops of an OpenVINO int8 model that multiply two activations (neither operand made of constants: a
+    MatMul of two activations, attention's ScaledDotProductAttention) with an operand read from a FakeQuantize,
+    through ops that only move values: products computed in int8 that the rule keeps in fp32."""
+    import openvino as ov
+
+    constant: dict[str, bool] = {}
+
+    def made_of_constants(node) -> bool:  # a weight, as OpenVINO stores one (int8 with its scale, or fp32)
+        name = node.get_friendly_name()
+        if name not in constant:
+            constant[name] = node.get_type_name() == "Constant" or (
+                node.get_input_size() > 0 and node.get_type_name() != "Parameter"
+                and all(made_of_constants(node.input(i).get_source_output().get_node())
+                        for i in range(node.get_input_size())))
+        return constant[name]
+
+    def quantized(node) -> bool:
+        while node.get_type_name() in SHAPE_OPS:
+            node = node.input(0).get_source_output().get_node()
+        return node.get_type_name() == "FakeQuantize"
+
+    found = []
+    for op in ov.Core().read_model(str(path)).get_ordered_ops():
+        if op.get_type_name() not in ("MatMul", "ScaledDotProductAttention"):
+            continue
+        operands = [op.input(i).get_source_output().get_node() for i in (0, 1)]
+        if not any(map(made_of_constants, operands)) and any(map(quantized, operands)):
+            found.append(f"{op.get_type_name()} {op.get_friendly_name()}")
+    return found
 
 
 def test_openvino_int8_is_quantized_from_the_fp32_model_in_the_cache_without_a_new_trace(tmp_path, monkeypatch):
