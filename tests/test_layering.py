@@ -87,7 +87,7 @@ MAY_IMPORT = {
     "data": {"atomic", "reading", "registry", "commands"},
     "models": {"layers", "registry"},
     "checkpoint": {"models", "layers", "atomic", "reading", "registry"},
-    "viz": {"data", "models", "layers"},
+    "viz": {"data", "models", "layers", "atomic"},
     "interop": {"models", "layers", "checkpoint", "data", "atomic", "reading", "registry"},
     "engine": {"models", "layers", "checkpoint", "data", "atomic", "reading", "registry"},
     "runtime": {"engine", "models", "layers", "checkpoint", "data", "atomic", "reading", "registry"},

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -75,3 +75,31 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], mode: st
 
 def write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write(path, lambda f: f.write(json.dumps(data, indent=2, default=str)), mode="w")
+
+
+def output_files(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *suffixes: str,
+                 extension: str = ".png") -> list[tuple[Path, ...]]:
+    """Where a command that makes files from each of its inputs writes them: OUT/STEM{suffix}{extension}, one
+    tuple per input (one path per suffix; no suffix: OUT/STEM.png).
+
+    Refused before anything is written, with the names: an output that is one of the inputs (a detector's
+    predictions drawn into the images' own folder, a.png over a.png), and two inputs whose outputs share a name
+    (a/x.png and b/x.png; x.jpg and x.png), where the second would replace the first. No command writes over a file
+    it was given to read, or over what it has just written."""
+    folder = Path(out)
+    read = {Path(given).resolve(): given for given in inputs}
+    made_from: dict[Path, str | os.PathLike] = {}
+    targets = []
+    for given in inputs:
+        paths = tuple(folder / f"{Path(given).stem}{suffix}{extension}" for suffix in suffixes or ("",))
+        for path in paths:
+            resolved = path.resolve()
+            if resolved in read:
+                raise ValueError(f"writing {path} would replace {read[resolved]}, an input of this command: nothing "
+                                 f"was written. Give --out a folder apart from the inputs")
+            earlier = made_from.setdefault(resolved, given)
+            if Path(earlier).resolve() != Path(given).resolve():
+                raise ValueError(f"{earlier} and {given} would both be written to {path}: nothing was written. "
+                                 f"Rename one, or give them in two commands with different --out folders")
+        targets.append(paths)
+    return targets

@@ -172,3 +172,56 @@ def test_files_are_written_with_the_users_umask(tmp_path):
             os.umask(before)
         assert stat.S_IMODE((tmp_path / f"{mask:o}.json").stat().st_mode) == mode
         assert stat.S_IMODE(weights.stat().st_mode) == mode
+
+
+def test_output_files_are_named_by_stem_and_never_over_an_input_or_each_other(tmp_path):
+    from vitlab.atomic import output_files
+
+    a, b = tmp_path / "in" / "a.png", tmp_path / "other" / "b.jpg"
+    assert output_files([a, b], tmp_path / "out") == [(tmp_path / "out" / "a.png",), (tmp_path / "out" / "b.png",)]
+    assert output_files([a], tmp_path, "_mask", "_overlay") == [(tmp_path / "a_mask.png", tmp_path / "a_overlay.png")]
+    assert output_files([a, a], tmp_path / "out") == [(tmp_path / "out" / "a.png",)] * 2  # one image given twice
+    with pytest.raises(ValueError, match=r"writing .*in/a\.png would replace .*in/a\.png, an input of this command"):
+        output_files([a, b], tmp_path / "in")
+    with pytest.raises(ValueError, match=r"a_mask\.png would replace"):  # another input's name
+        output_files([a, tmp_path / "in" / "a_mask.png"], tmp_path / "in", "_mask")
+    for twins in ([a, tmp_path / "other" / "a.png"], [a, tmp_path / "in" / "a.jpg"]):
+        with pytest.raises(ValueError, match=r"would both be written to .*out/a\.png"):
+            output_files(twins, tmp_path / "out")
+
+
+def test_predicting_into_the_images_own_folder_is_refused_and_the_images_kept(trained, tmp_path, capsys):
+    """A detector's pictures are NAME.png: drawn into the folder of the PNGs they come from, they would replace
+    them. Refused, as two images of one name from two folders are, before anything is read or written; the same
+    for a ViT's attention strips (NAME_attention.png) beside an image of that name."""
+    import shutil
+
+    images = tmp_path / "images"
+    images.mkdir()
+    scenes = sorted((trained["scenes"] / "images" / "test").glob("*.png"))[:2]
+    for scene in scenes:
+        shutil.copy(scene, images / scene.name)
+    given = [str(images / scene.name) for scene in scenes]
+    detector, classifier = trained["detr"], trained["cls"]
+    capsys.readouterr()  # what making the runs printed
+    refused(capsys, ["predict", str(detector), *given, "--out", str(images)], tmp_path,
+            f"{scenes[0].name} would replace", "nothing was written")
+    (tmp_path / "elsewhere").mkdir()
+    shutil.copy(scenes[0], tmp_path / "elsewhere" / scenes[0].name)
+    refused(capsys, ["predict", str(detector), given[0], str(tmp_path / "elsewhere" / scenes[0].name),
+                     "--out", str(tmp_path / "drawn")], tmp_path, "would both be written to")
+    shirt = images / "shirt.png"
+    from PIL import Image
+
+    Image.new("L", (28, 28)).save(shirt)
+    shutil.copy(shirt, images / "shirt_attention.png")
+    refused(capsys, ["attention", str(classifier), str(shirt), str(images / "shirt_attention.png"), "--out",
+                     str(images)], tmp_path, "shirt_attention.png would replace")
+
+
+def test_convert_refuses_a_destination_inside_the_source_folder(tmp_path, weights, capsys):
+    folder = tmp_path / "hf-model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(weights.read_bytes())
+    (folder / "config.json").write_text("{}")
+    refused(capsys, ["convert", str(folder), str(folder / "model.safetensors")], tmp_path, "lies in the source folder")

@@ -17,6 +17,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ..atomic import atomic_write
+
 __all__ = ["IDX_DTYPES", "read_idx", "write_idx"]
 
 # dtype code (third magic byte) -> element type, as defined by the IDX format. Multi-byte types are
@@ -165,9 +167,12 @@ def write_idx(path: str | os.PathLike[str], array: np.ndarray, compress: bool | 
     payload = np.ascontiguousarray(array, dtype=IDX_DTYPES[code]).tobytes()
     if compress is None:
         compress = path.suffix == ".gz"
-    if compress:
-        with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
-            f.write(header + payload)
-    else:
-        path.write_bytes(header + payload)
+    def write(raw: BinaryIO) -> None:
+        if compress:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+                f.write(header + payload)
+        else:
+            raw.write(header + payload)
+
+    atomic_write(path, write)
     return path

@@ -56,6 +56,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, model_name: str | No
     if dst.exists() and Path(src).exists() and os.path.samefile(src, dst):
         raise ValueError(f"{dst} is the source itself: converting it in place would overwrite what is being read; "
                          f"give another destination")
+    if Path(src).is_dir() and Path(src).resolve() in dst.resolve().parents:
+        raise ValueError(f"{dst} lies in the source folder {src}, which is read as one model (its config and "
+                         f"weights): writing there could replace its own weights. Give a destination outside it")
     if dst.is_dir():
         raise ValueError(f"{dst} is a folder; give the .safetensors file to write")
     model = model_from_checkpoint(src, model_name)

@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..atomic import atomic_write
+
 FIG_DPI = 100
 
 
@@ -90,6 +92,7 @@ def _save(fig, path: str | Path) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=FIG_DPI)  # no tight bounding box: the pixel size is figsize × dpi
+    # no tight bounding box: the pixel size is figsize × dpi
+    atomic_write(path, lambda f: fig.savefig(f, dpi=FIG_DPI, format=path.suffix.lstrip(".") or "png"))
     plt.close(fig)
     return path

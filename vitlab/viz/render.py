@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from ..atomic import atomic_write
+
 
 def panel_scale(width: int, height: int, min_side: int = 224) -> int:
     """Small images (28×28) are enlarged by a whole factor so the maps can be seen; large ones are kept."""
@@ -54,5 +56,5 @@ def attention_strip(image: Image.Image, rollout: torch.Tensor, head_maps: torch.
 def save_png(picture: Image.Image, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    picture.save(path)
+    atomic_write(path, lambda f: picture.save(f, format="PNG"))
     return path

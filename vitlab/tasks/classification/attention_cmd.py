@@ -47,6 +47,7 @@ def _open(run_dir: str, weights: str | None, command: str):
 
 
 def run_attention(args: argparse.Namespace) -> int:
+    from ...atomic import output_files
     from ...data.images import INPUT_HINT, read_image
     from ...viz.attention import image_attention
     from ...viz.render import attention_strip, save_png
@@ -61,12 +62,11 @@ def run_attention(args: argparse.Namespace) -> int:
     if not -len(model.blocks) <= args.layer < len(model.blocks):
         raise ValueError(f"--layer must be in {-len(model.blocks)}..{len(model.blocks) - 1}, got {args.layer}")
     labels = class_names(model, source.saved)
-    out = Path(args.out)
-    for path in args.images:
+    for path, (target,) in zip(args.images, output_files(args.images, args.out, "_attention")):
         image = read_image(path, preprocessing.channels, hint=INPUT_HINT)
         shown, rollout, heads, probs = image_attention(model, image, preprocessing, args.head_fusion,
                                                        args.discard_ratio, args.layer)
-        written = save_png(attention_strip(shown, rollout, heads), out / f"{Path(path).stem}_attention.png")
+        written = save_png(attention_strip(shown, rollout, heads), target)
         print(f"{written}: predicted {labels[int(probs.argmax())]} ({float(probs.max()):.3f}); panels: input, "
               f"rollout ({args.head_fusion}), layer {args.layer} heads 0..{heads.shape[0] - 1}")
     return 0

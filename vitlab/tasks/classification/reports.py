@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...atomic import atomic_write
+
 
 def confusion_text(confusion: list[list[int]], classes: list[str], width: int = 6) -> str:
     short = [name[:width] for name in classes]
@@ -33,6 +35,6 @@ def plot_confusion(confusion: list[list[int]], classes: list[str], path: str | P
                 color="white" if count > threshold else "black")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     plt.close(fig)
     return path

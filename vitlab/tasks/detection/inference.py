@@ -14,7 +14,7 @@ from torch import nn
 from torchvision.transforms.v2 import functional as TF
 from torchvision.utils import draw_bounding_boxes
 
-from ...atomic import atomic_write, write_json
+from ...atomic import atomic_write, output_files, write_json
 from ...data.coco import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -25,7 +25,7 @@ from ...data.images import INPUT_HINT, read_image
 from ...data.preprocessing import Preprocessing
 from ...engine.loaders import EpochDataLoader
 from ..base import class_names
-from ..sources import is_run_folder
+from ..sources import keeps_results
 from .coco_eval import coco_metrics, format_table
 from .task import postprocessed
 
@@ -56,7 +56,7 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
                            per_class=True)
     result = {**metrics, "num_detections": len(detections), "split": split, "num_images": len(dataset),
               "images_per_s": len(dataset) / seconds, "data": str(task.config.data), "run_dir": str(run_dir)}
-    if is_run_folder(run_dir):  # the detections as pycocotools' loadRes reads them (never into a model's folder)
+    if keeps_results(run_dir):  # the detections as pycocotools' loadRes reads them (into a run's own folder)
         path = Path(run_dir) / (f"coco-results-{split}.json" if data is None else
                                 f"coco-results-{split}-other-data.json")
         write_json(path, detections)
@@ -151,15 +151,17 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
+    targets = output_files(paths, out) if out else [()] * len(paths)
     pictures = [read_image(path, 3, hint=INPUT_HINT) for path in paths]  # checked, decoded, upright
     results = []
-    for path, picture, found in zip(paths, pictures, predict_images(task, model, saved, pictures, threshold)):
+    for path, picture, found, target in zip(paths, pictures, predict_images(task, model, saved, pictures, threshold),
+                                            targets):
         detections = [{**d, "score": round(d["score"], 4), "box": [round(v, 1) for v in d["box"]]}
                       for d in named_detections(model, saved, found)]
         item: dict[str, Any] = {"input": str(path), "detections": detections}
         if out:
             pixels = TF.to_dtype(TF.to_image(picture), torch.float32, scale=True)
-            item["output"] = str(draw(pixels, found, class_names(model, saved), Path(out) / f"{Path(path).stem}.png"))
+            item["output"] = str(draw(pixels, found, class_names(model, saved), *target))
         results.append(item)
     return results
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from ...atomic import atomic_write
+from ...atomic import atomic_write, output_files
 from ...data.generation import crop_padding
 from ...data.images import INPUT_HINT, read_image
 from ...data.preprocessing import Preprocessing
@@ -157,13 +157,12 @@ def reconstruct_files(task, model, saved: dict[str, Any], inputs: list[str], out
     data = vqgan_saved["data"]
     pad = data.get("pad", 0)
     results = []
-    for path in inputs:
+    for path, (target,) in zip(inputs, output_files(inputs, out, "_reconstruction")):
         x = prepare_image(path, data)
         output = vqgan(x)
         original, rebuilt = crop_padding(to_unit(x), pad), crop_padding(to_unit(output.reconstruction), pad)
         mse = float(((original - rebuilt) ** 2).mean())
         psnr = 10 * math.log10(1 / mse) if mse > 0 else float("inf")
-        target = Path(out) / f"{Path(path).stem}_reconstruction.png"
         save_picture(grid_picture(torch.cat([original, rebuilt]), 2), target)
         results.append({"image": str(path), "out": str(target), "psnr": psnr,
                         "codes": output.indices[0].tolist()})

@@ -15,7 +15,7 @@ from PIL import Image
 from torch import nn
 from torchvision.transforms.v2 import functional as TF
 
-from ...atomic import atomic_write
+from ...atomic import atomic_write, output_files
 from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
 from ...data.images import INPUT_HINT, read_image
 from ...engine.loaders import EpochDataLoader
@@ -59,8 +59,9 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     model.eval()
     device = next(model.parameters()).device
     size = saved["data"]["img_size"]
+    targets = output_files(paths, out, "_mim") if out else [()] * len(paths)
     results = []
-    for index, path in enumerate(paths):
+    for index, (path, target) in enumerate(zip(paths, targets)):
         picture = read_image(path, 3, hint=INPUT_HINT)
         pixels = TF.to_dtype(TF.to_image(picture), torch.float32, scale=True)
         pixels = TF.resize(pixels, [size, size], interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
@@ -75,9 +76,8 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
                                     model.patch_embed.grid_for(size, size))  # 0: the mean colour, grey
             row = np.concatenate([_to_pixels(image[0]), _to_pixels(seen[0]),
                                   _to_pixels(model.reconstruct(image, output)[0])], axis=1)
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            item["output"] = str(folder / f"{Path(path).stem}_mim.png")
+            Path(out).mkdir(parents=True, exist_ok=True)
+            item["output"] = str(target[0])
             atomic_write(Path(item["output"]), lambda f, row=row: Image.fromarray(row).save(f, format="PNG"),
                          mode="wb")
         results.append(item)

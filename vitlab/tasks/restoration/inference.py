@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from ...atomic import atomic_write
+from ...atomic import atomic_write, output_files
 from ...data.degradations import baseline, scale_of
 from ...data.photos import skimage_photos
 from ...data.restoration import RestorationPairs, image_files, load_photos, paired_files, to_tensor
@@ -141,10 +141,12 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     model.eval()
     name = degradation or model.degradations[0]
     model.task_index(name)
-    results = []
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
+    targets = output_files(paths, out, f"_{name}") if out else [()] * len(paths)
+    results = []
+    for path, target in zip(paths, targets):
         image = load_photos([path], halve_first=False)[0]
         start = time.perf_counter()
         restored = restore_image(model, image, name, task.config.overlap, task.config.eval_batch_size,
@@ -165,12 +167,10 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
                                               scale_of(name))
             item.update({f"input_{key}": float(start_scores[key][0]) for key in METRICS})
         if out:
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            target = folder / f"{Path(path).stem}_{name}.png"
+            Path(out).mkdir(parents=True, exist_ok=True)
             picture = Image.fromarray(np.ascontiguousarray(restored.permute(1, 2, 0).numpy()))
-            atomic_write(target, lambda f, picture=picture: picture.save(f, format="PNG"), mode="wb")
-            item["output"] = str(target)
+            atomic_write(target[0], lambda f, picture=picture: picture.save(f, format="PNG"), mode="wb")
+            item["output"] = str(target[0])
         results.append(item)
     return results
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from ...atomic import atomic_write
+from ...atomic import atomic_write, output_files
 from ...data.coco import IMAGENET_MEAN, IMAGENET_STD
 from ...data.images import INPUT_HINT, read_image
 from ...data.preprocessing import Preprocessing
@@ -135,22 +135,21 @@ def predict_files(task, model: nn.Module, saved: dict[str, Any], paths: list[str
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no image at {path}")
+    targets = output_files(paths, out, "_mask", "_overlay") if out else [()] * len(paths)
     pictures = [read_image(path, 3, hint=INPUT_HINT) for path in paths]
     results = []
-    for path, picture, mask in zip(paths, pictures, predict_images(task, model, saved, pictures)):
+    for path, picture, mask, target in zip(paths, pictures, predict_images(task, model, saved, pictures), targets):
         counts = np.bincount(mask.ravel(), minlength=len(classes))
         item: dict[str, Any] = {"input": str(path), "size": list(mask.shape),
                                 "classes": {classes[i]: round(float(c) / mask.size, 4) for i, c in enumerate(counts)
                                             if c}}
         if out:
-            folder = Path(out)
-            folder.mkdir(parents=True, exist_ok=True)
-            stem = Path(path).stem
+            Path(out).mkdir(parents=True, exist_ok=True)
             indexed = Image.fromarray(mask, mode="P")
             indexed.putpalette(colours.ravel().tolist())
             pixels = np.asarray(picture, dtype=np.float64)
             overlay = (0.5 * pixels + 0.5 * colours[mask]).round().astype(np.uint8)
-            item["mask"], item["overlay"] = str(folder / f"{stem}_mask.png"), str(folder / f"{stem}_overlay.png")
+            item["mask"], item["overlay"] = map(str, target)
             for target, shown in ((item["mask"], indexed), (item["overlay"], Image.fromarray(overlay))):
                 atomic_write(Path(target), lambda f, shown=shown: shown.save(f, format="PNG"), mode="wb")
         results.append(item)
