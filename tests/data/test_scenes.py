@@ -132,3 +132,23 @@ def test_scenes_of_some_classes_hold_only_those_with_ids_in_their_order(tmp_path
     assert set(np.unique(np.concatenate([m.ravel() for m in masks]))) <= {0, 1, 2, 3}
     with pytest.raises(ValueError, match="distinct Fashion-MNIST class numbers"):
         SceneOptions(classes=(1, 1))
+
+
+def test_a_folder_holding_another_set_is_refused_and_the_same_set_is_written_again(scenes, tmp_path):
+    """The same options into the same folder: the same bytes, each split whole. Other options (another size, a
+    split fewer, another seed) would mix two sets: refused, the folder as it was. Images without their annotation
+    file (a make that was stopped) are refused too, rather than mixed with the new ones."""
+    import shutil
+
+    out = tmp_path / "set"
+    shutil.copytree(scenes, out)
+    before = digests(out)
+    make(out)
+    assert digests(out) == before
+    for other in ({"size": 96}, {"test": 0}, {"seed": 1}):
+        with pytest.raises(ValueError, match="made otherwise"):
+            make(out, **other)
+        assert digests(out) == before
+    (out / "annotations" / "instances_val.json").unlink()
+    with pytest.raises(ValueError, match=r"holds val images or masks but no instances_val\.json"):
+        make(out)

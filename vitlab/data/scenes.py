@@ -22,6 +22,7 @@ The same arguments give the same bytes: every draw comes from one `random.Random
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,23 +160,52 @@ def make_split(out: Path, split: str, count: int, images: np.ndarray, labels: np
         coco_images.append({"id": image_id + 1, "file_name": name, "width": options.size, "height": options.size})
     return {
         "info": {"description": f"vitlab scenes ({split}): Fashion-MNIST {SPLITS[split]} items on a canvas",
-                 "options": {**options.__dict__, "objects": list(options.objects), "scale": list(options.scale),
-                             "classes": list(options.classes)}},
+                 "options": options_record(options)},
         "images": coco_images, "annotations": annotations,
         "categories": [{"id": i, "name": FASHION_MNIST_CLASSES[c]} for c, i in new_id.items()],
     }
 
 
+def options_record(options: SceneOptions) -> dict[str, Any]:
+    """The options as each split's annotation file records them (under info.options), as JSON reads them back."""
+    return {**options.__dict__, "objects": list(options.objects), "scale": list(options.scale),
+            "classes": list(options.classes)}
+
+
+def check_out_folder(out: Path, options: SceneOptions) -> None:
+    """Refuse, before anything is written, a folder that holds another set: a split made with other options (its
+    annotation file says which), or scene images that no finished make-scenes left (a stopped one, or another set's).
+    The same options again are welcome: they give the same bytes."""
+    for split in ("train", "val", "test"):
+        annotation = out / "annotations" / f"instances_{split}.json"
+        if annotation.is_file():
+            try:
+                made = json.loads(annotation.read_text()).get("info", {}).get("options")
+            except (OSError, ValueError, AttributeError):
+                made = None
+            if made != options_record(options):
+                raise ValueError(f"{out} holds a {split} set made otherwise ({annotation}: {made}); the new scenes "
+                                 f"would be mixed with it. Give another --out, or delete {out} first")
+        elif any(any((out / kind / split).glob("*")) for kind in ("images", "masks") if (out / kind / split).is_dir()):
+            raise ValueError(f"{out} holds {split} images or masks but no {annotation.name}: a make-scenes that was "
+                             f"stopped, or another set. Delete {out / 'images' / split} and {out / 'masks' / split}, "
+                             f"or give another --out")
+
+
 def make_scenes(out: str | Path, options: SceneOptions | None = None, data_dir: str | None = None,
                 allow_partial_data: bool = False) -> dict[str, int]:
-    """Write the scenes set to `out` (see the module docstring); returns the number of scenes and items per split."""
+    """Write the scenes set to `out` (see the module docstring); returns the number of scenes and items per split.
+    A folder holding another set is refused (`check_out_folder`); the same set is written again, each split's
+    annotation file removed first, so that a folder whose annotation file exists holds all of its images."""
     options = options or SceneOptions()
     out = Path(out)
+    check_out_folder(out, options)
     (out / "annotations").mkdir(parents=True, exist_ok=True)
     counts = {}
     for split, count in (("train", options.train), ("val", options.val), ("test", options.test)):
         if count == 0 and split != "train":
             continue  # no such split, rather than an empty one
+        (out / "annotations" / f"instances_{split}.json").unlink(missing_ok=True)
         images, labels = load_fashion_mnist(SPLITS[split], data_dir, strict_counts=not allow_partial_data)
         origin = np.arange(len(images))[ITEMS[split]]
         origin = origin[np.isin(labels.numpy()[origin], options.classes)]  # the items of the classes asked for
