@@ -307,6 +307,20 @@ def test_a_runs_cached_graphs_are_named_by_the_weights_and_the_graph_format(tmp_
     newer = export.run_cache(tmp_path, "last")[1]
     monkeypatch.setattr(export, "GRAPH_FORMAT", export.GRAPH_FORMAT + 1)
     assert export.run_cache(tmp_path, "last")[1] != newer  # a new graph form: new graphs
+    # a model's folder (a Hugging Face checkpoint's): stamped by its newest file, not by the folder's own time,
+    # which weights replaced in place leave as it was
+    folder = tmp_path / "hf-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    os.utime(folder / "config.json", (1, 1))
+    os.utime(folder / "model.safetensors", (100, 100))
+    os.utime(folder, (1, 1))
+    named = export.run_cache(tmp_path, "hf-model", folder)[1]
+    assert named.startswith("hf-model-100-")
+    os.utime(folder / "model.safetensors", (200, 200))  # fine-tuned weights saved over the file
+    os.utime(folder, (1, 1))
+    assert export.run_cache(tmp_path, "hf-model", folder)[1].startswith("hf-model-200-")
 
 
 @pytest.mark.parametrize("backend, suffix", [("onnxruntime", ".onnx"), ("openvino", ".xml")])

@@ -64,6 +64,13 @@ def test_a_pushed_run_is_a_folder_whose_card_and_answers_are_the_runs(trained, t
     by_run = json.loads(capsys.readouterr().out)
     assert main(["predict", str(out), image, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == by_run  # same labels, same scores
+    # and on a runtime: its graphs named by the folder's model.safetensors, kept beside it as a run's are
+    assert main(["predict", str(out), image, "--json", "--runtime", "onnxruntime"]) == 0
+    on_runtime = json.loads(capsys.readouterr().out)
+    (top_k,), (expected,) = ([item["top_k"] for item in answer] for answer in (on_runtime, by_run))
+    assert [c["class"] for c in top_k] == [c["class"] for c in expected]
+    assert [c["probability"] for c in top_k] == pytest.approx([c["probability"] for c in expected], abs=1e-4)
+    assert [p.name.split("-")[0] for p in (out / "runtime").glob("*.onnx")] == ["model"]
 
 
 def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, local_hub, tmp_path, capsys):
@@ -84,6 +91,33 @@ def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, lo
     assert [item["top_k"] for item in by_name] == [item["top_k"] for item in by_run]
     answer = vitlab.pipeline(model="hf-hub:me/vit-hub")(image)
     assert answer[0]["label"] == by_run[0]["top_k"][0]["class"]
+    # scored on its data by name: the figures printed, nothing written into the snapshot in the hub cache
+    from huggingface_hub import snapshot_download
+
+    snapshot = Path(snapshot_download("me/vit-hub"))
+    before = sorted(p.name for p in snapshot.rglob("*"))
+    assert main(["eval", "hf-hub:me/vit-hub", "--json"]) == 0
+    assert "confusion_png" not in json.loads(capsys.readouterr().out)
+    assert sorted(p.name for p in snapshot.rglob("*")) == before
+    # other weights for its model (--weights): on a runtime, graphs of their own, not the published weights' graph
+    import torch
+
+    from vitlab.checkpoint import save_weights
+    from vitlab.engine.run import RunDir
+
+    model = RunDir(run).load_model("best")
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param))
+    other = save_weights(model, tmp_path / "other.safetensors")
+    answers = []
+    for argv in (["hf-hub:me/vit-hub", "--runtime", "onnxruntime"],
+                 ["hf-hub:me/vit-hub", "--runtime", "onnxruntime", "--weights", str(other)],
+                 [str(run), "--weights", str(other)]):
+        assert main(["predict", argv[0], image, "--json", *argv[1:]]) == 0
+        answers.append([c["probability"] for c in json.loads(capsys.readouterr().out)[0]["top_k"]])
+    published, on_runtime, by_torch = answers
+    assert on_runtime == pytest.approx(by_torch, abs=1e-4) and on_runtime != pytest.approx(published, abs=1e-3)
     # served beside the run, it answers as the run does
     from vitlab.serve.runs import load_runs
 
@@ -150,6 +184,14 @@ def test_each_tasks_run_pushed_to_the_hub_answers_by_name_as_the_run_does(traine
             answers.append((printed, {p.name: p.read_bytes() for p in sorted(out.iterdir())}))
         assert answers[0][0] == answers[1][0], name
         assert answers[0][1] and answers[0][1] == answers[1][1], name
+    # the detector scored by name on its data: its COCO results file is not written into the hub cache's snapshot
+    from huggingface_hub import snapshot_download
+
+    snapshot = Path(snapshot_download("me/detr-hub"))
+    before = sorted(p.name for p in snapshot.rglob("*"))
+    assert main(["eval", "hf-hub:me/detr-hub", "--json"]) == 0
+    assert "results_file" not in json.loads(capsys.readouterr().out)
+    assert sorted(p.name for p in snapshot.rglob("*")) == before
 
 
 def test_push_uploads_one_commit_each_time_and_the_first_still_reads(trained, local_hub, tmp_path, capsys):

@@ -38,7 +38,7 @@ from .backends import (
     as_tensor,
     cpu_settings,
 )
-from .export import FORMATS, export_graph, export_model, read_metadata, require, run_cache
+from .export import FORMATS, GRAPH_FORMAT, export_graph, export_model, read_metadata, require, run_cache
 from .graphs import ExportError, Graph, check_backend, graph_for, pack
 from .wrapper import RuntimeModule, runtime_module
 
@@ -262,14 +262,17 @@ def _check(backend: str, precision: str) -> None:
 
 
 def runtime_model(model: nn.Module, backend: str = "torch", precision: str = "fp32", threads: int | None = None,
-                  cache_dir: str | os.PathLike | None = None, cache_name: str = "model") -> Runtime:
-    """`model` (a vitlab model) on `backend`; graphs exported to `cache_dir` (default: a temporary folder)."""
+                  cache_dir: str | os.PathLike | None = None, cache_name: str | None = None) -> Runtime:
+    """`model` (a vitlab model) on `backend`; graphs exported to `cache_dir` (default: a temporary folder), named
+    `cache_name` (default: model-gN, N the GRAPH_FORMAT, so that a later vitlab that writes graphs otherwise does not
+    reuse these)."""
     _check(backend, precision)
     check_backend(model, backend)
     graph = graph_for(model)
     return Runtime(backend, precision, cpu_settings(threads, backend), graph.kind, graph.input_names,
                    graph.output_names, model=model.eval(), method=graph.method,
-                   cache_dir=Path(cache_dir) if cache_dir else None, cache_name=cache_name, family=graph.family)
+                   cache_dir=Path(cache_dir) if cache_dir else None,
+                   cache_name=cache_name or f"model-g{GRAPH_FORMAT}", family=graph.family)
 
 
 def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str | None = None,

@@ -87,9 +87,11 @@ def run_cache(run_dir: str | os.PathLike, weights: str, source: str | os.PathLik
               ) -> tuple[Path, str]:
     """Where a run's runtime graphs are kept, and their name prefix: a new checkpoint, or a new GRAPH_FORMAT, gets
     new graphs. `source`: the file of weights from outside the run (a release's, in the hub cache), whose name is
-    made a file name."""
+    made a file name; or a model's folder, stamped by its newest file (weights replaced inside a folder leave the
+    folder's own time as it was)."""
     path = Path(source) if source is not None else Path(run_dir) / f"{weights}.safetensors"
-    stamp = int(path.stat().st_mtime)
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    stamp = int(max((p.stat().st_mtime for p in files), default=path.stat().st_mtime))
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", weights) if source is not None else weights
     return Path(run_dir) / "runtime", f"{name}-{stamp}-g{GRAPH_FORMAT}"
 

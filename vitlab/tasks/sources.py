@@ -46,17 +46,22 @@ class Source:
     @property
     def runtime_cache(self) -> tuple[Path, str]:
         """Where graphs of this model for the runtimes are kept, and their file-name prefix (runtime/export.py)."""
+        from ..engine.run import PUBLISHED_WEIGHTS, WEIGHT_NAMES
         from ..interop.hub import HF_HUB_PREFIX, cache_dir, fetch
         from ..runtime.export import run_cache
 
-        if self.run_dir is not None and not self.name.startswith(HF_HUB_PREFIX):
-            from ..engine.run import WEIGHT_NAMES
-
-            return run_cache(self.run_dir, self.weights, None if self.weights in WEIGHT_NAMES else fetch(self.weights))
-        # a name's graphs (a pushed run's too: its snapshot in the hub cache is never written to)
+        # a run's own weights file (best, last, ema; a pushed run's model), or weights from elsewhere (--weights)
+        own_weights = self.run_dir is not None and self.weights in (*WEIGHT_NAMES, PUBLISHED_WEIGHTS)
+        pushed = self.run_dir is not None and self.name.startswith(HF_HUB_PREFIX)
+        if self.run_dir is not None and not pushed:
+            return run_cache(self.run_dir, self.weights, None if own_weights else fetch(self.weights))
+        # a name's graphs (a pushed run's too: its snapshot in the hub cache is never written to); a pushed run with
+        # weights from elsewhere keeps theirs apart, named by them
         folder = cache_dir() / GRAPH_CACHE / re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name.removeprefix("hf-hub:"))
+        if pushed and not own_weights:
+            return run_cache(folder, self.weights, fetch(self.weights))
         cache = run_cache(folder, self.name, fetch(self.name))
-        if self.run_dir is not None:  # a pushed run: the graphs it was published with (--include-graphs), if any
+        if pushed:  # the graphs it was published with (--include-graphs), if any
             from .publish import seed_published_graphs
 
             seed_published_graphs(self.run_dir, *cache)
@@ -77,6 +82,17 @@ def is_run_folder(path: str | os.PathLike) -> bool:
     except (OSError, ValueError):
         names_task = False
     return names_task or not any((folder / name).is_file() for name in HUB_WEIGHT_FILES)
+
+
+def keeps_results(path: str | os.PathLike) -> bool:
+    """Whether a command may write what it computes (a confusion matrix, a detector's results file) into `path`: a
+    run folder of the user's, never a model's folder it was given to read, nor a pushed run's snapshot in the hub
+    cache (read as the run it is, written to by no command)."""
+    from ..interop.hub import cache_dir
+
+    if not is_run_folder(path):
+        return False
+    return cache_dir().resolve() not in Path(path).resolve().parents
 
 
 def open_source(source: str | os.PathLike, *, task: str | None = None, weights: str | None = None,

@@ -11,7 +11,7 @@ from torch import nn
 
 from ...engine.speed import check_bf16, maybe_compile
 from ..base import class_names
-from ..sources import is_run_folder
+from ..sources import keeps_results
 from .evaluate import evaluate, with_test_time_flip
 from .reports import confusion_text, plot_confusion
 
@@ -50,7 +50,7 @@ def evaluate_run(task, model: nn.Module, saved: dict[str, Any], run_dir: str | P
     result["classes"] = classes
     result["split"] = split
     result["run_dir"] = str(run_dir)
-    if plot and is_run_folder(run_dir):  # a run's folder (never a model's folder that was given to read)
+    if plot and keeps_results(run_dir):  # a run's own folder, never one given to read
         name = "confusion.png" if data is None else "confusion-other-data.png"  # keep the run's own picture
         result["confusion_png"] = str(plot_confusion(result["confusion"], classes, Path(run_dir) / name))
     return result
