@@ -124,11 +124,12 @@ def test_overwrite_removes_every_file_a_run_writes(finished_run, tmp_path):
     run = copy_run(finished_run, tmp_path / "run")
     assert main(["eval", str(run), "--json"]) == 0  # adds confusion.png
     (run / ".last.safetensors.abc.tmp").write_bytes(b"left by a killed write")
+    (run / ".notes.tmp").write_text("the user's own, which no run writes")
     shutil.copyfile(run / "state.pt", run / "state.prev.pt")  # a run with a second checkpoint keeps its first
     written = {path.name for path in run.iterdir()}
     assert {"ema.safetensors", "confusion.png", *RUN_FILES} <= written
     RunDir(run).prepare(overwrite=True, extra_files=ClassificationTask.extra_files)
-    assert list(run.iterdir()) == []
+    assert list(run.iterdir()) == [run / ".notes.tmp"]
     # through a real second run without EMA: no stale ema.safetensors is left to be mistaken for this run's
     run2 = copy_run(finished_run, tmp_path / "run2")
     with pytest.raises(ValueError, match="already holds a run"):

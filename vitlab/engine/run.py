@@ -18,6 +18,7 @@ names the file, says what is wrong and what the user can do.
 from __future__ import annotations
 
 import contextvars
+import glob
 import json
 import os
 import warnings
@@ -127,8 +128,9 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         for path in owned:
             path.unlink()
-        for leftover in self.path.glob(".*.tmp"):  # temporary files of a write that was killed
-            leftover.unlink(missing_ok=True)
+        for name in (*RUN_FILES, *extra_files):  # temporary files of a run's write that was killed (atomic.replacing)
+            for leftover in self.path.glob(f".{glob.escape(name)}.*.tmp"):
+                leftover.unlink(missing_ok=True)
 
     # -- config.json -------------------------------------------------------------------------------------------
     def write_config(self, config: dict[str, Any]) -> None:
