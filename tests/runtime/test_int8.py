@@ -258,14 +258,25 @@ def test_quantize_every_task_reports_its_own_figure(trained, capsys, tmp_path, r
 
 
 @pytest.mark.slow
-def test_precision_int8_without_a_calibrated_graph(trained, capsys, tmp_path):
+def test_precision_int8_without_a_calibrated_graph(trained, capsys, tmp_path, monkeypatch):
     model, inputs = build("vit")
     with pytest.raises(ValueError, match="vitlab quantize"):
         runtime.load(model, backend="openvino", precision="int8")(*inputs)
     with pytest.raises(ValueError, match="onnxruntime or openvino"):
         runtime.load(model, backend="torch", precision="int8")
-    dynamic = runtime.load(model, backend="onnxruntime", precision="int8")
+    from vitlab.runtime import quantize
+
+    monkeypatch.setattr(quantize, "cpu_int8_isa", lambda: "vnni")  # made here as on a CPU with VNNI: 8-bit weights
+    dynamic = runtime.load(model, backend="onnxruntime", precision="int8", cache_dir=tmp_path / "graphs")
     got, expected = dynamic(*inputs), reference("vit", model, inputs)["logits"]
     assert float(torch.linalg.norm(got - expected) / torch.linalg.norm(expected)) <= TOLERANCE["logits"]
     assert "dynamically" in capsys.readouterr().err
     assert np.isfinite(got.numpy()).all()
+    # the file on a CPU without 8-bit dot products, whose kernels can saturate on 8-bit weights: said, not refused
+    (written,) = (tmp_path / "graphs").glob("*-int8.onnx")
+    monkeypatch.setattr(quantize, "cpu_int8_isa", lambda: "none")
+    torch.testing.assert_close(runtime.load(written)(*inputs), got)
+    assert "quantized on a CPU with 8-bit dot products (vnni)" in capsys.readouterr().err
+    monkeypatch.setattr(quantize, "cpu_int8_isa", lambda: "vnni")
+    runtime.load(written)
+    assert "quantized on a CPU" not in capsys.readouterr().err

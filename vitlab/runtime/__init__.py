@@ -192,6 +192,7 @@ class Runtime:
                   file=sys.stderr)
             quantize_graph(graph, path, "onnxruntime", None, fp32_onnx=self._fp32_onnx(graph, key))
         _free_axes_from(path, graph)
+        _warn_of_saturation(path)
         if self.backend == "onnxruntime":
             return OnnxRuntimeBackend(str(path), self.settings, "int8")
         return OpenVinoBackend(str(path), self.settings, "int8")
@@ -230,6 +231,17 @@ def _fixed(inputs: list[Any], free: tuple[dict[int, str], ...]) -> tuple[tuple[i
 def _free_axes_from(path: Path, graph: Graph) -> None:
     """Set `graph.dynamic` to the axes the file at `path` left free (its record says which)."""
     graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
+
+
+def _warn_of_saturation(path: Path, record: dict[str, Any] | None = None) -> None:
+    """Say so where an int8 graph was made for a CPU with VNNI and this one has none (quantize.saturation_risk)."""
+    from .quantize import saturation_risk
+
+    risk = saturation_risk(record if record is not None else read_metadata(path), path)
+    if risk:
+        import sys
+
+        print(f"runtime: {risk}", file=sys.stderr)
 
 
 def _batch_of_two(x: torch.Tensor) -> torch.Tensor:
@@ -317,6 +329,7 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
                          f"an int8 one with `vitlab quantize`")
     precision = precision or written
     _check(backend, precision)
+    _warn_of_saturation(path, record)
     settings = cpu_settings(threads, backend)
     if backend == "onnxruntime":
         engine = OnnxRuntimeBackend(str(path), settings, precision)

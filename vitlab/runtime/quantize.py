@@ -59,6 +59,18 @@ def cpu_int8_isa() -> str:
     return "none"
 
 
+def saturation_risk(record: dict[str, Any], path: str | os.PathLike) -> str | None:
+    """What to tell the user of an int8 graph (`record`: its file's vitlab record) made on a CPU with VNNI, whose
+    8-bit weights use all 8 bits, when this CPU has none: its int8 kernel sums pairs of products in 16 bits, which
+    such weights can saturate (the module docstring). None where the graph suits this CPU."""
+    made = record.get("int8") or {}
+    if made.get("precision") != "int8" or made.get("reduce_range", True) or cpu_int8_isa() != "none":
+        return None
+    return (f"{path} was quantized on a CPU with 8-bit dot products ({made.get('isa')}), its weights in 8 bits; this "
+            f"CPU has none, and its int8 kernels can saturate on them: quantize the model again here (`vitlab "
+            f"quantize`), which keeps the weights to 7 bits")
+
+
 def family_plan(graph: Graph) -> Any:
     """The config class of the graph's family: its `int8_fp32` (module-path patterns kept in fp32, with why) and
     `int8_transformer` (whether NNCF treats it as a transformer)."""
