@@ -342,3 +342,27 @@ def test_a_graph_folder_is_for_a_model_or_a_weights_file(tmp_path, backend, suff
     for given in (tmp_path, tmp_path / "model.onnx"):
         with pytest.raises(ValueError, match="cache_dir is for a model or a"):
             runtime.load(given, backend="onnxruntime", cache_dir=tmp_path / "graphs")
+
+
+def test_a_call_at_a_size_of_1_gets_a_graph_of_its_own_and_a_misnamed_cached_graph_is_made_again(tmp_path):
+    """torch.export fixes a free axis it is traced at a size of 1: a VQGAN decoding one row of codes gets a graph
+    of that row's own (its file named by the size), and every other size, in this process and the next, a graph
+    left free. A graph cached under the free graph's name that fixes an axis anyway (as one was after a call at a
+    size of 1) is dropped and made again, not run at sizes it was not made for."""
+    import shutil
+
+    model, _ = build("vqgan")
+    engine = runtime.load(model, backend="onnxruntime", cache_dir=tmp_path)
+    shapes = [(1, 32, 1, 8), (1, 32, 6, 10), (2, 32, 4, 1), (1, 32, 7, 5)]
+    for shape in shapes:
+        z = torch.randn(*shape)
+        assert_same(engine.named(z), reference("vqgan", model, (z,)), shape)
+    files = sorted(p.name for p in tmp_path.glob("*.onnx"))
+    assert [name.split("-")[-1] for name in files] == ["32.onnx", "32xheight1.onnx", "32xwidth1.onnx"], files
+    free = next(tmp_path.glob("*-32.onnx"))
+    shutil.copy(next(tmp_path.glob("*-32xheight1.onnx")), free)  # fixed at one row, under the free graph's name
+    again = runtime.load(model, backend="onnxruntime", cache_dir=tmp_path)
+    for shape in reversed(shapes):
+        z = torch.randn(*shape)
+        assert_same(again.named(z), reference("vqgan", model, (z,)), shape)
+    assert sorted(p.name for p in tmp_path.glob("*.onnx")) == files

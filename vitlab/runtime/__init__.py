@@ -136,11 +136,23 @@ class Runtime:
         with torch.inference_mode(False):
             example = tuple(_batch_of_two(as_tensor(x)).clone() for x in inputs)
             graph = graph_for(self.model, example, index)
-            engine = self._build(graph, (index, _fixed(inputs, graph.dynamic)))
+            declared, key = graph.dynamic, (index, _fixed(inputs, graph.dynamic))
+            engine = self._build(graph, key)
+            if _fixes_more(declared, graph.dynamic, inputs):
+                # the graph fixes an axis its file's name leaves free, so that its file would answer for sizes it
+                # was not made for (a file a vitlab before 2026-12 cached after a call at a size of 1): the file is
+                # dropped and the graph made again; where export itself fixes the axis, it is kept in memory only
+                self._forget(key)
+                graph = graph_for(self.model, example, index)
+                engine = self._build(graph, key)
+                if _fixes_more(declared, graph.dynamic, inputs):
+                    self._forget(key)
         self.first_call_s = time.perf_counter() - start
-        # export may have fixed axes the family leaves free (a ViT's image size): key by what stayed free
-        self._free[index] = graph.dynamic
-        self._engines[(index, _fixed(inputs, graph.dynamic))] = engine
+        # export may have fixed axes the family leaves free: key by what stayed free, but for an axis fixed because
+        # this call gave it at a size of 1, which other calls' graphs keep free (_fixed)
+        self._free[index] = tuple({**kept, **{axis: name for axis, name in axes.items() if x.shape[axis] == 1}}
+                                  for kept, axes, x in zip(graph.dynamic, declared, inputs))
+        self._engines[(index, _fixed(inputs, self._free[index]))] = engine
         return engine
 
     def _build(self, graph: Graph, key: tuple) -> Any:
@@ -197,6 +209,12 @@ class Runtime:
             return OnnxRuntimeBackend(str(path), self.settings, "int8")
         return OpenVinoBackend(str(path), self.settings, "int8")
 
+    def _forget(self, key: tuple) -> None:
+        """Remove the cached files of `key`, fp32 and int8, on every runtime."""
+        if self.cache_dir is not None:
+            for suffix in (".onnx", ".xml", ".bin", "-int8.onnx", "-int8.xml", "-int8.bin"):
+                self._cache_path(key, suffix).unlink(missing_ok=True)
+
     def _cache_path(self, key: tuple, suffix: str = ".onnx") -> Path:
         index, fixed = key
         parts = [self.cache_name] + ([f"task{index}"] if index is not None else [])
@@ -223,9 +241,21 @@ class Runtime:
         return f"{version}, {self.precision}, CPU: {self.settings.describe()}"
 
 
-def _fixed(inputs: list[Any], free: tuple[dict[int, str], ...]) -> tuple[tuple[int, ...], ...]:
-    """The sizes of the axes a graph fixes, input by input: what tells one graph of a model from another."""
-    return tuple(tuple(s for axis, s in enumerate(x.shape) if axis not in axes) for x, axes in zip(inputs, free))
+def _fixed(inputs: list[Any], free: tuple[dict[int, str], ...]) -> tuple[tuple[int | str, ...], ...]:
+    """The sizes of the axes a graph fixes, input by input: what tells one graph of a model from another. A free
+    axis the call gives at a size of 1 counts as fixed, by name ("height1"): torch.export specializes a size of 1
+    (the graph traced at it holds 1 for every size), so such a call gets a graph of its own. The batch never does:
+    it is traced at two."""
+    return tuple(tuple(s if axis not in axes else f"{axes[axis]}1" for axis, s in enumerate(x.shape)
+                       if axis not in axes or (s == 1 and axes[axis] != "batch"))
+                 for x, axes in zip(inputs, free))
+
+
+def _fixes_more(declared: tuple[dict[int, str], ...], kept: tuple[dict[int, str], ...], inputs: list[Any]) -> bool:
+    """Whether a graph fixes an axis the family leaves free (`declared`) at a size other than 1, which its file's
+    name, made before export, does not say (_fixed)."""
+    return any(axis not in still and x.shape[axis] != 1 for axes, still, x in zip(declared, kept, inputs)
+               for axis in axes)
 
 
 def _free_axes_from(path: Path, graph: Graph) -> None:

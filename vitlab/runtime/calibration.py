@@ -20,7 +20,7 @@ from .quantize import DEFAULT_SAMPLES, quantize_graph
 
 # -- a model's graphs, calibrated on what it is called with ---------------------------------------------------------
 def calibration_recorder(model: nn.Module, rows: int = DEFAULT_SAMPLES, cache_dir: str | os.PathLike | None = None,
-                         cache_name: str = "model") -> CalibrationRecorder:
+                         cache_name: str | None = None) -> CalibrationRecorder:
     """`model` on torch, keeping the first `rows` inputs of each of its graphs that its calls reach (a restorer: one
     graph per task and tile size). Run the model's evaluation through `.as_model()`, then `write_int8`."""
     base = runtime_model(model, "torch", "fp32", None, cache_dir, cache_name)
