@@ -3,6 +3,7 @@ file a run writes; a write killed half way leaves the previous file readable."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import safetensors.torch
@@ -136,6 +137,26 @@ def test_overwrite_removes_every_file_a_run_writes(finished_run, tmp_path):
         train(**tiny_options(run2, epochs=1))
     train(**tiny_options(run2, epochs=1), overwrite=True)
     assert not (run2 / "ema.safetensors").exists()
+
+
+def test_overwrite_removes_the_detections_eval_wrote_into_a_detection_run(trained, tmp_path, capsys):
+    """`vitlab eval` writes a detector's COCO results into its run, one file per split: a run started over in that
+    folder removes them with the rest of the old run's files (they would read as the new run's), and keeps the
+    user's own."""
+    from vitlab.tasks.detection import DetectionTask
+
+    run = tmp_path / "run"
+    shutil.copytree(trained["detr"], run, ignore=shutil.ignore_patterns("runtime"))
+    written = set()
+    for split in ("test", "val"):
+        capsys.readouterr()
+        assert main(["eval", str(run), "--split", split, "--json"]) == 0
+        written.add(Path(json.loads(capsys.readouterr().out)["results_file"]).name)
+    assert written == {"coco-results-test.json", "coco-results-val.json"}
+    assert written <= set(DetectionTask.extra_files)
+    (run / "notes.txt").write_text("the user's own")
+    RunDir(run).prepare(overwrite=True, extra_files=DetectionTask.extra_files)
+    assert [p.name for p in run.iterdir() if p.is_file()] == ["notes.txt"]
 
 
 def test_a_write_killed_half_way_leaves_the_previous_file(tmp_path, monkeypatch):

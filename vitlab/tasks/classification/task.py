@@ -56,7 +56,7 @@ class ClassificationTask(Task):
     Config: ClassVar[type] = ClassificationConfig
     best: ClassVar[tuple[str, str]] = ("val_acc", "max")
     sample_name: ClassVar[str] = "images"
-    extra_files: ClassVar[tuple[str, ...]] = ("confusion.png",)
+    extra_files: ClassVar[tuple[str, ...]] = ("confusion.png", "confusion-other-data.png")  # vitlab eval's
     resumable: ClassVar[tuple[str, ...]] = ("data_dir",)
     int8_guard: ClassVar[dict[str, float]] = {"accuracy": 0.01}
     int8_agreement_of: ClassVar[str] = "images (top-1)"

@@ -74,6 +74,9 @@ class DetectionTask(Task):
     Config: ClassVar[type] = DetectionConfig
     best: ClassVar[tuple[str, str]] = ("val_map", "max")
     int8_guard: ClassVar[dict[str, float]] = {"map_50": 0.01}
+    # vitlab eval's detections, per split, on the run's data or another (inference.evaluate_run)
+    extra_files: ClassVar[tuple[str, ...]] = tuple(f"coco-results-{split}{data}.json" for split in ("test", "val")
+                                                   for data in ("", "-other-data"))
     sample_name: ClassVar[str] = "images"
     resumable: ClassVar[tuple[str, ...]] = ("data",)
     inference_module: ClassVar[str] = "vitlab.tasks.detection.inference"
