@@ -272,6 +272,9 @@ def test_precision_int8_without_a_calibrated_graph(trained, capsys, tmp_path, mo
     assert float(torch.linalg.norm(got - expected) / torch.linalg.norm(expected)) <= TOLERANCE["logits"]
     assert "dynamically" in capsys.readouterr().err
     assert np.isfinite(got.numpy()).all()
+    again = runtime.load(model, backend="onnxruntime", precision="int8", cache_dir=tmp_path / "graphs")
+    torch.testing.assert_close(again(*inputs), got)  # the graph the first call made, said to be a dynamic one
+    assert "is quantized dynamically, as an earlier call made it" in capsys.readouterr().err
     # the file on a CPU without 8-bit dot products, whose kernels can saturate on 8-bit weights: said, not refused
     (written,) = (tmp_path / "graphs").glob("*-int8.onnx")
     monkeypatch.setattr(quantize, "cpu_int8_isa", lambda: "none")

@@ -18,6 +18,7 @@ backends the graph is the model's inference path (fast.py): the same outputs, co
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -197,12 +198,13 @@ class Runtime:
                 raise ValueError(f"no int8 graph at {path}: OpenVINO quantizes with calibration data only; run "
                                  f"`vitlab quantize RUN_DIR --backend openvino --weights WEIGHTS` first (it "
                                  f"calibrates on the run's validation data), or use --runtime onnxruntime")
-            import sys
-
             print(f"runtime: no calibrated int8 graph at {path}; quantizing dynamically (`vitlab quantize RUN_DIR "
                   f"--weights WEIGHTS` calibrates one on the run's validation data, for the weights in use)",
                   file=sys.stderr)
             quantize_graph(graph, path, "onnxruntime", None, fp32_onnx=self._fp32_onnx(graph, key))
+        elif read_metadata(path).get("int8", {}).get("calibration") == "dynamic":  # made so by an earlier call
+            print(f"runtime: the int8 graph at {path} is quantized dynamically, as an earlier call made it (`vitlab "
+                  f"quantize RUN_DIR --weights WEIGHTS` calibrates one in its place)", file=sys.stderr)
         _free_axes_from(path, graph)
         _warn_of_saturation(path)
         if self.backend == "onnxruntime":
@@ -269,8 +271,6 @@ def _warn_of_saturation(path: Path, record: dict[str, Any] | None = None) -> Non
 
     risk = saturation_risk(record if record is not None else read_metadata(path), path)
     if risk:
-        import sys
-
         print(f"runtime: {risk}", file=sys.stderr)
 
 
