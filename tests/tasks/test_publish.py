@@ -244,6 +244,7 @@ def test_push_in_timms_form_is_timms_folder_with_the_same_card(trained, tmp_path
     from huggingface_hub import ModelCard
 
     from vitlab.interop import load_model
+    from vitlab.interop.convert import model_from_checkpoint
 
     run = trained["cls"]
     assert main(["push", str(run), "me/vit-timm", "--format", "timm", "--to", str(tmp_path / "repo")]) == 0
@@ -258,6 +259,16 @@ def test_push_in_timms_form_is_timms_folder_with_the_same_card(trained, tmp_path
     record = json.loads((tmp_path / "repo" / "vitlab_run.json").read_text())
     assert record["published"]["format"] == "timm" and record["command"] == json.loads(
         (run / "config.json").read_text())["command"]
+    # and vitlab reads timm's folder back as the same model (its heads from model_args, not the named architecture's)
+    with torch.no_grad():
+        torch.testing.assert_close(model_from_checkpoint(tmp_path / "repo").eval()(x), theirs(x), atol=1e-5, rtol=0)
+    capsys.readouterr()
+    image = str(EXAMPLES / "test1-pullover.png")
+    answers = []
+    for source in (run, tmp_path / "repo"):
+        assert main(["predict", str(source), image, "--json"]) == 0
+        answers.append(json.loads(capsys.readouterr().out)[0]["top_k"])
+    assert [c["class"] for c in answers[1]] == [c["class"] for c in answers[0]]
     capsys.readouterr()
     assert main(["push", str(trained["detr"]), "me/detr", "--format", "timm", "--to", str(tmp_path / "no")]) == 2
     assert "has no timm form" in capsys.readouterr().err

@@ -190,9 +190,19 @@ def _architecture_from_state(state: dict[str, torch.Tensor]) -> dict[str, Any]:
     return architecture
 
 
+# what timm's hub config.json says of the model in its model_args that the shapes do not tell (vitlab writes every
+# one of them: _timm_model_args), by the name vitlab's ViT config gives it
+TIMM_ARGS_NOT_IN_SHAPES = ("num_heads", "global_pool", "dynamic_img_size", "init_values", "mlp_ratio")
+
+
 def _timm_architecture(state: State, file: CheckpointFile) -> dict[str, Any]:
-    """A state dict's shapes, and the number of heads of the registered ViT of that width, depth and patch."""
+    """A state dict's shapes, with what timm's config.json adds in its model_args (the head count, the pooling);
+    else the number of heads of the registered ViT it names, or of the registered ViT of that width, depth and
+    patch."""
     architecture = _architecture_from_state(state)
+    given = (file.hf_config or {}).get("model_args") or {}
+    if "num_heads" in given:  # the model's own arguments, not those of the architecture it is a variant of
+        return {**architecture, **{key: given[key] for key in TIMM_ARGS_NOT_IN_SHAPES if key in given}}
     named = (file.hf_config or {}).get("architecture")  # timm's hub config.json names the model it saved
     if named in list_models():
         return {**architecture, "num_heads": get_config(named).num_heads}
