@@ -174,3 +174,18 @@ def test_the_diffusers_vqgan_release_prepares_an_image_as_diffusers_does(photos)
     face = photos[0].resize((256, 256))
     theirs = VaeImageProcessor(vae_scale_factor=4).preprocess(face)[0]
     torch.testing.assert_close(Preprocessing.from_dict(release.preprocessing)(face), theirs, atol=1e-6, rtol=0)
+
+
+def test_a_sliver_or_an_image_resized_to_nothing_is_refused_with_its_size():
+    """A 1 × 100,000 image whose shorter side is brought to 224 would be 22 gigapixels; a 600 × 1 one capped at a
+    longer side of 512 would be 0 pixels high. Both are refused, saying the sizes, before anything is allocated."""
+    from vitlab.data.preprocessing import MAX_RESIZED_PIXELS
+
+    vit = Preprocessing(resize=224, crop=(224, 224), channels=3)
+    with pytest.raises(ValueError, match="100000×1 pixels would be resized to 22400000×224"):
+        vit(Image.new("RGB", (100_000, 1)))
+    detr = Preprocessing(max_size=512, channels=3)
+    with pytest.raises(ValueError, match="600×1 pixels would be resized to 512×0"):
+        detr.resized_shape(1, 600)
+    side = int(MAX_RESIZED_PIXELS ** 0.5)
+    assert vit.resized_shape(side, side) == (224, 224) and vit.resized_shape(224, 224 * 1000) == (224, 224_000)

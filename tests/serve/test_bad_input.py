@@ -49,6 +49,8 @@ def ask(url: str, run: str = "cls", data: bytes | None = BOOT, field: str = "ima
     ("ipt", BOOT, {"degradation": "sr4"}, 422, "sr4"),
     ("prior", None, {"class_index": 99}, 422, "--class must be one of 0 … 9"),
     ("prior", None, {"n": 1000}, 422, "n must be in 1 … 64"),
+    ("prior", None, {"temperature": "nan"}, 422, "temperature must be 0 (greedy) or a number from 1e-06 up"),
+    ("prior", None, {"seed": 2**64}, 422, "--seed must be a whole number from 0 to 2**64 - 1"),
 ])
 def test_each_bad_request_is_answered_4xx_with_what_was_expected(server, run, data, fields, status, says):
     answer = ask(server, run, data, **fields)
@@ -138,3 +140,17 @@ def test_without_the_serve_extra_vitlab_serve_says_what_to_install(trained, monk
     monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi now raises ImportError
     assert main(["serve", str(trained["cls"])]) == 2
     assert 'needs fastapi, part of the serve extra: pip install "vitlab[serve]"' in capsys.readouterr().err
+
+
+def test_a_big_endian_16_bit_grey_upload_is_read_as_vitlab_predict_reads_it(tmp_path):
+    """The server keeps each upload as a PNG: a big-endian 16-bit grey TIFF (mode I;16B) must keep its values, as
+    `vitlab predict` scales them (by 1/257), not become near-white RGB through Pillow's conversion."""
+    from vitlab.data.images import read_image
+    from vitlab.serve.uploads import png_safe
+
+    values = np.array([[0, 257, 1000], [32896, 65535, 600]], dtype=np.uint16)
+    Image.fromarray(values.astype(">u2")).save(tmp_path / "deep.tif")
+    assert Image.open(tmp_path / "deep.tif").mode == "I;16B"
+    png_safe(Image.open(tmp_path / "deep.tif")).save(tmp_path / "kept.png")
+    read = [np.asarray(read_image(tmp_path / name, channels=1)) for name in ("deep.tif", "kept.png")]
+    assert read[0].tolist() == read[1].tolist() == [[0, 1, 4], [128, 255, 2]]

@@ -35,6 +35,9 @@ from .channels import convert_pil, convert_tensor
 INTERPOLATIONS = {"nearest": InterpolationMode.NEAREST, "bilinear": InterpolationMode.BILINEAR,
                   "bicubic": InterpolationMode.BICUBIC}
 RESAMPLERS = ("torch", "pil", "float")
+# the most pixels an image is resized to: a sliver (1 × 100,000) whose shorter side is brought to 224 would be 22
+# gigapixels; refused with its size rather than left to exhaust the memory
+MAX_RESIZED_PIXELS = 1 << 26
 
 __all__ = ["INTERPOLATIONS", "RESAMPLERS", "Preprocessing"]
 
@@ -126,7 +129,15 @@ class Preprocessing:
         return self.crop or (self.resize if isinstance(self.resize, tuple) else None)  # type: ignore[return-value]
 
     def resized_shape(self, height: int, width: int) -> tuple[int, int]:
-        """(H, W) an image of `height` × `width` is resized to, before the crop."""
+        """(H, W) an image of `height` × `width` is resized to, before the crop; an image whose resized form would
+        be empty or larger than MAX_RESIZED_PIXELS (a sliver) is refused, with both sizes."""
+        new_height, new_width = self._resized_shape(height, width)
+        if min(new_height, new_width) < 1 or new_height * new_width > MAX_RESIZED_PIXELS:
+            raise ValueError(f"an image of {width}×{height} pixels would be resized to {new_width}×{new_height} "
+                             f"for this model: give one of a less extreme shape (crop it)")
+        return new_height, new_width
+
+    def _resized_shape(self, height: int, width: int) -> tuple[int, int]:
         if isinstance(self.resize, tuple):
             return self.resize
         short, long = min(height, width), max(height, width)

@@ -17,6 +17,7 @@ Shapes: B batch, L = h·w codes, D = dim, K = num_codes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,6 +27,8 @@ from torch import nn
 from ..layers.blocks import EncoderBlock, KVCache
 from .family import Model, ModelFamily, Paper
 from .registry import register_config, register_model
+
+MIN_TEMPERATURE = 1e-6  # the smallest softmax temperature above 0 (greedy) a draw takes
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
@@ -131,8 +134,10 @@ class GPTPrior(Model):
                  generator: torch.Generator | None = None) -> torch.Tensor:
         """labels (B,) -> sampled codes (B, h, w). One multinomial draw per step from
         softmax(filter(logits) / temperature); temperature 0 takes the most likely code."""
-        if temperature < 0:
-            raise ValueError(f"temperature must be 0 (greedy) or more, got {temperature}")
+        if not (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf):
+            # below it, the scaled logits overflow to inf and the softmax to NaN: the draw is the greedy one anyway
+            raise ValueError(f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE:g} up, got "
+                             f"{temperature}")
         B = labels.shape[0]
         labels = self._labels(labels, B, labels.device)
         caches = self.new_caches() if use_cache else None

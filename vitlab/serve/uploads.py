@@ -86,5 +86,10 @@ def within_limits(image: Image.Image, field: str, limits: ImageLimits) -> Image.
 
 
 def png_safe(image: Image.Image) -> Image.Image:
-    """The image in a mode PNG stores without change of pixels (CMYK, YCbCr, LAB, HSV and floats become RGB)."""
+    """The image in a mode PNG stores without change of pixels (CMYK, YCbCr, LAB, HSV and floats become RGB; 16-bit
+    grey of either byte order becomes I;16, whose values vitlab scales as it does any 16-bit grey)."""
+    if image.mode in ("I;16L", "I;16B", "I;16N"):  # Pillow's RGB conversion would clip them to 255
+        import numpy as np
+
+        return Image.fromarray(np.asarray(image).astype(np.uint16))
     return image if image.mode in ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16") else image.convert("RGB")
