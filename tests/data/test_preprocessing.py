@@ -52,13 +52,15 @@ def transformers_processors():
         "detr": transformers.DetrImageProcessor(),
         "deformable_detr": transformers.DeformableDetrImageProcessor(),
         "detr_small": transformers.DetrImageProcessor(size={"shortest_edge": 96, "longest_edge": 160}),
+        # the longer side to a cap, as vitlab writes a detection run trained with --max-size
+        "detr_capped": transformers.DetrImageProcessor(size={"max_height": 96, "max_width": 96}),
         # the shorter side, then a centre crop whose margins are odd for some photos: transformers floors them
         "bit": transformers.BitImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32},
                                               resample=3),
     }
 
 
-@pytest.mark.parametrize("name", ["vit", "deit", "detr", "deformable_detr", "detr_small", "bit"])
+@pytest.mark.parametrize("name", ["vit", "deit", "detr", "deformable_detr", "detr_small", "detr_capped", "bit"])
 def test_a_transformers_processor_config_reads_as_the_processor_preprocesses(name, photos, tmp_path):
     """What preprocessor_config.json says, read back as a Preprocessing, gives the processor's own pixel values
     (its default backend: torchvision on uint8 tensors)."""
@@ -72,6 +74,19 @@ def test_a_transformers_processor_config_reads_as_the_processor_preprocesses(nam
         mine = ours(photo)
         assert mine.shape == theirs.shape, (photo.size, mine.shape, theirs.shape)
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
+
+
+def test_a_preprocessing_written_for_transformers_reads_back_as_itself():
+    """What vitlab writes as a processor config (vitlab push --format transformers) is read back as the same rule:
+    a one-channel classifier's stays one-channel, a detector's cap on the longer side stays a cap."""
+    from vitlab.interop.preprocessing import to_transformers
+
+    grey = Preprocessing(resize=(28, 28), mean=(0.286,), std=(0.353,), channels=1)
+    capped = Preprocessing(max_size=96, channels=3, resampler="torch")
+    for rule, detector in ((grey, None), (capped, "DetrImageProcessor")):
+        read = from_transformers(to_transformers(rule.to_dict(), detector))
+        assert (read.channels, read.resize, read.max_size, read.mean) == (rule.channels, rule.resize, rule.max_size,
+                                                                           rule.mean)
 
 
 def test_the_detr_releases_record_transformers_detr_processor():

@@ -294,3 +294,20 @@ def test_a_deformable_detr_for_transformers_gives_its_logits_boxes_and_pipeline_
         # inputs a fraction of a grey level apart: scores to 1e-3, boxes to 2 px of a 96-pixel side's rescaling
         detections_agree(answer["detections"], detect(str(path), threshold=0.0), scores_to=1e-3, pixels_to=2 *
                          max(picture.size) / 96)
+
+
+def test_a_one_channel_run_exported_for_transformers_answers_in_vitlab_as_the_run(trained, tmp_path, capsys):
+    """The grey Fashion-MNIST run in transformers' form reads back in vitlab as a one-channel model with its
+    processor's rule (one mean, no RGB conversion): the same classes, in the same order, for a photo of a pullover
+    (the probabilities to the resizing's rounding: the processor resizes as transformers does)."""
+    run = trained["cls"]
+    assert main(["export", str(run), "--format", "transformers", "--out", str(tmp_path / "hf")]) == 0
+    image = str(EXAMPLES / "test1-pullover.png")
+    answers = []
+    for source in (run, tmp_path / "hf"):
+        capsys.readouterr()
+        assert main(["predict", str(source), image, "--json"]) == 0
+        answers.append(json.loads(capsys.readouterr().out)[0]["top_k"])
+    assert [c["class"] for c in answers[1]] == [c["class"] for c in answers[0]]
+    assert [c["probability"] for c in answers[1]] == pytest.approx([c["probability"] for c in answers[0]],
+                                                                  abs=2e-3)

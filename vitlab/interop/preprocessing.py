@@ -82,9 +82,11 @@ def from_transformers(processor: dict[str, Any]) -> Preprocessing:
             resize, max_size = size["shortest_edge"], size.get("longest_edge")
         elif "height" in size and "width" in size:
             resize = (size["height"], size["width"])
+        elif size.get("max_height") is not None and size.get("max_height") == size.get("max_width"):
+            max_size = size["max_height"]  # a DETR processor's: the image fitted into the square, its ratio kept
         else:
-            raise ValueError(f"{HF_PROCESSOR_FILE}: a size of {size} is not one vitlab reads (shortest_edge, or "
-                             f"height and width)")
+            raise ValueError(f"{HF_PROCESSOR_FILE}: a size of {size} is not one vitlab reads (shortest_edge, "
+                             f"height and width, or a square max_height and max_width)")
     crop = None
     if processor.get("do_center_crop"):
         crop_size = processor.get("crop_size") or {}
@@ -93,9 +95,11 @@ def from_transformers(processor: dict[str, Any]) -> Preprocessing:
     if processor.get("do_normalize", True):
         stats = {"mean": tuple(processor.get("image_mean", (0.5,) * 3)), "std": tuple(processor.get("image_std",
                                                                                                    (0.5,) * 3))}
+    # a grey model's processor (vitlab writes one for a one-channel run): one mean, no conversion to RGB
+    grey = len(stats["mean"]) == 1 and not processor.get("do_convert_rgb", True)
     return Preprocessing(resize=resize, max_size=max_size, crop=crop,
                          interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bicubic"), **stats,
-                         resampler="torch", crop_offset="floor")
+                         channels=1 if grey else 3, resampler="torch", crop_offset="floor")
 
 
 # ---- the other way: a preprocessing record as transformers' image processor saves itself ---------------------------
