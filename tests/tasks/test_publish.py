@@ -71,6 +71,15 @@ def test_a_pushed_run_is_a_folder_whose_card_and_answers_are_the_runs(trained, t
     assert [c["class"] for c in top_k] == [c["class"] for c in expected]
     assert [c["probability"] for c in top_k] == pytest.approx([c["probability"] for c in expected], abs=1e-4)
     assert [p.name.split("-")[0] for p in (out / "runtime").glob("*.onnx")] == ["model"]
+    # read as a checkpoint (convert, export): the model its weights file names, with its labels and preprocessing
+    from vitlab import runtime
+    from vitlab.checkpoint import load_model as load_weights_file
+
+    assert main(["convert", str(out), str(tmp_path / "again.safetensors")]) == 0
+    assert load_weights_file(tmp_path / "again.safetensors").config.labels == tuple(saved["data"]["classes"])
+    assert main(["export", str(out), "--format", "onnx", "--out", str(tmp_path / "graph.onnx")]) == 0
+    graph = runtime.load(tmp_path / "graph.onnx")
+    assert graph.labels == tuple(saved["data"]["classes"]) and graph.preprocessing is not None
 
 
 def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, local_hub, tmp_path, capsys):

@@ -30,8 +30,8 @@ def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None
     model_name = model_name or (release.model if release else None)
     path = fetch(path)
     _, info = read_checkpoint(path)
-    if info.format == "vitlab" and model_name is None:
-        return load_model(path)
+    if info.format == "vitlab" and model_name is None:  # a vitlab file, or a folder vitlab pushed (its weights file)
+        return load_model(path / "model.safetensors" if path.is_dir() else path)
     arch = dict(info.architecture)
     family = arch.pop("family")
     labels = arch.pop("labels", None) or labels  # the file's own names first (a Hugging Face id2label)

@@ -46,7 +46,9 @@ def read_checkpoint(path: str | os.PathLike, *, offline: bool | None = None
     path = fetch(path, offline=offline)
     metadata: dict[str, str] = {}
     if path.is_dir():
-        state, hf_config = _read_huggingface_folder(path)
+        state, hf_config, metadata = _read_huggingface_folder(path)
+        if CONFIG_KEY in metadata:  # a folder vitlab wrote (a pushed run): its weights file names its model
+            return state, CheckpointInfo("vitlab", None, json.loads(metadata[CONFIG_KEY]), metadata)
     elif path.suffix == ".npz":
         state, hf_config = _read_npz(path), None
     else:
@@ -101,7 +103,7 @@ def _some_keys(state: State, count: int = 4) -> str:
     return ", ".join(keys[:count]) + (f", … ({len(keys)} in all)" if len(keys) > count else "") if keys else "none"
 
 
-def _read_huggingface_folder(folder: Path) -> tuple[State, dict[str, Any]]:
+def _read_huggingface_folder(folder: Path) -> tuple[State, dict[str, Any], dict[str, str]]:
     config_path = folder / "config.json"
     names = ("model.safetensors", "pytorch_model.bin", "diffusion_pytorch_model.safetensors",
              "diffusion_pytorch_model.bin")  # transformers', then diffusers' file names
@@ -111,8 +113,8 @@ def _read_huggingface_folder(folder: Path) -> tuple[State, dict[str, Any]]:
             f"{folder} is not a Hugging Face model folder: expected config.json and model.safetensors "
             f"(or pytorch_model.bin); found {sorted(p.name for p in folder.iterdir())}"
         )
-    state, _ = read_state_dict(weights[0])
-    return state, read_json(config_path, "a Hugging Face config.json")
+    state, metadata = read_state_dict(weights[0])
+    return state, read_json(config_path, "a Hugging Face config.json"), metadata
 
 
 def _read_npz(path: Path) -> State:

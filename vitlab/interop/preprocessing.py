@@ -34,8 +34,9 @@ def preprocessing_for(source: str | os.PathLike) -> Preprocessing | None:
         return Preprocessing.from_dict(release.preprocessing)
     path = fetch(source)
     folder = path if path.is_dir() else path.parent
-    if path.is_file() and path.suffix == ".safetensors":
-        metadata = _safetensors_metadata(path)
+    weights = path if path.is_file() else folder / "model.safetensors"  # a folder's: what vitlab push writes
+    if weights.is_file() and weights.suffix == ".safetensors":
+        metadata = _safetensors_metadata(weights)
         if PREPROCESSING_KEY in metadata:
             return Preprocessing.from_dict(json.loads(metadata[PREPROCESSING_KEY]))
     if (folder / HF_PROCESSOR_FILE).is_file():
