@@ -203,6 +203,8 @@ def test_quantize_reports_what_eval_measures(trained, capsys, backend, tmp_path)
     assert json.loads((out / report["report"].rsplit("/", 1)[1]).read_text())["int8"] == report["int8"]
     (graph,) = report["graphs"]
     assert graph["samples"] == 8 and graph["path"].startswith(str(out))  # the first 8 of the 17 val images
+    recorded = json.loads((run / "config.json").read_text())["data"]["preprocessing"]
+    assert runtime.load(graph["path"]).preprocessing.to_dict() == recorded  # the int8 graph used alone
 
     def evaluated(*flags: str) -> dict:
         assert main(["eval", str(run), "--split", "val", "--no-plot", "--json", *flags]) == 0

@@ -163,8 +163,10 @@ def test_a_run_pushed_with_its_graphs_answers_by_name_on_them_without_exporting_
     graphs = sorted(p.name for p in (folder / "graphs").iterdir())
     assert graphs == [f"model-g{GRAPH_FORMAT}-1x28x28.onnx"]  # the weights' time stamp left out of the name
     assert f"- `graphs/{graphs[0]}`" in (folder / "README.md").read_text()
-    labels = json.loads((run / "config.json").read_text())["data"]["classes"]
-    assert list(load(folder / "graphs" / graphs[0]).labels) == labels
+    data = json.loads((run / "config.json").read_text())["data"]
+    published = load(folder / "graphs" / graphs[0])  # a graph used alone: the run's labels and preprocessing
+    assert list(published.labels) == data["classes"]
+    assert published.preprocessing is not None and published.preprocessing.to_dict() == data["preprocessing"]
 
     def no_export(*args, **kwargs):
         raise AssertionError("the published graph was exported again")

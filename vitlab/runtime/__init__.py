@@ -58,9 +58,11 @@ class Runtime:
                  input_names: tuple[str, ...], output_names: tuple[str, ...], model: nn.Module | None = None,
                  method: str = "forward", cache_dir: Path | None = None, cache_name: str = "model",
                  engine: Any = None, task: int | None = None, family: str | None = None,
-                 record: dict[str, Any] | None = None) -> None:
+                 record: dict[str, Any] | None = None, graph_meta: dict[str, Any] | None = None) -> None:
         self.backend, self.precision, self.settings = backend, precision, settings
         self.record = record or {}  # an exported file's vitlab record (export.metadata); empty for a model
+        # what each graph made of the model records beside the family's own (its preprocessing: a run's, a file's)
+        self.graph_meta = graph_meta or {}
         self.kind, self.family, self.input_names, self.output_names = kind, family, input_names, output_names
         self.model, self.method = model, method
         self.cache_dir, self.cache_name = cache_dir, cache_name
@@ -88,7 +90,7 @@ class Runtime:
         records it (`vitlab export` of a run, a release or a weights file that knows it); None otherwise."""
         from ..data.preprocessing import Preprocessing
 
-        recorded = self.record.get("preprocessing")
+        recorded = self.record.get("preprocessing") or self.graph_meta.get("preprocessing")
         return Preprocessing.from_dict(recorded) if recorded else None
 
     # -- calling -------------------------------------------------------------------------------------------------
@@ -136,7 +138,7 @@ class Runtime:
         # inference tensors, so the example is a fresh copy made outside it
         with torch.inference_mode(False):
             example = tuple(_batch_of_two(as_tensor(x)).clone() for x in inputs)
-            graph = graph_for(self.model, example, index)
+            graph = self._graph(example, index)
             declared, key = graph.dynamic, (index, _fixed(inputs, graph.dynamic))
             engine = self._build(graph, key)
             if _fixes_more(declared, graph.dynamic, inputs):
@@ -144,7 +146,7 @@ class Runtime:
                 # was not made for (a file a vitlab before 2026-12 cached after a call at a size of 1): the file is
                 # dropped and the graph made again; where export itself fixes the axis, it is kept in memory only
                 self._forget(key)
-                graph = graph_for(self.model, example, index)
+                graph = self._graph(example, index)
                 engine = self._build(graph, key)
                 if _fixes_more(declared, graph.dynamic, inputs):
                     self._forget(key)
@@ -155,6 +157,11 @@ class Runtime:
                                   for kept, axes, x in zip(graph.dynamic, declared, inputs))
         self._engines[(index, _fixed(inputs, self._free[index]))] = engine
         return engine
+
+    def _graph(self, example: tuple[torch.Tensor, ...], index: int | None) -> Graph:
+        graph = graph_for(self.model, example, index)
+        graph.meta.update(self.graph_meta)  # the labels come with the model; its preprocessing from where it was read
+        return graph
 
     def _build(self, graph: Graph, key: tuple) -> Any:
         if self.precision == "int8":
@@ -304,17 +311,20 @@ def _check(backend: str, precision: str) -> None:
 
 
 def runtime_model(model: nn.Module, backend: str = "torch", precision: str = "fp32", threads: int | None = None,
-                  cache_dir: str | os.PathLike | None = None, cache_name: str | None = None) -> Runtime:
+                  cache_dir: str | os.PathLike | None = None, cache_name: str | None = None,
+                  preprocessing: dict[str, Any] | None = None) -> Runtime:
     """`model` (a vitlab model) on `backend`; graphs exported to `cache_dir` (default: a temporary folder), named
     `cache_name` (default: model-gN, N the GRAPH_FORMAT, so that a later vitlab that writes graphs otherwise does not
-    reuse these)."""
+    reuse these). `preprocessing`: how an image is prepared for the model (a Preprocessing record), written into
+    every graph beside its labels, so that a graph used alone answers as vitlab does."""
     _check(backend, precision)
     check_backend(model, backend)
     graph = graph_for(model)
     return Runtime(backend, precision, cpu_settings(threads, backend), graph.kind, graph.input_names,
                    graph.output_names, model=model.eval(), method=graph.method,
                    cache_dir=Path(cache_dir) if cache_dir else None,
-                   cache_name=cache_name or f"model-g{GRAPH_FORMAT}", family=graph.family)
+                   cache_name=cache_name or f"model-g{GRAPH_FORMAT}", family=graph.family,
+                   graph_meta={"preprocessing": preprocessing} if preprocessing else None)
 
 
 def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None, weights: str | None = None,
@@ -340,11 +350,17 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
         weights = run.selected_weights(weights)
         model = run.load_model(weights)
         cache_dir, cache_name = run_cache(path, weights)
-        return runtime_model(model, backend or "torch", precision or "fp32", threads, cache_dir, cache_name)
+        recorded = run.read_config().get("data", {}).get("preprocessing")
+        return runtime_model(model, backend or "torch", precision or "fp32", threads, cache_dir, cache_name,
+                             recorded)
     if path.suffix == ".safetensors":
-        from ..checkpoint import load_model
+        import json
 
-        return runtime_model(load_model(path).eval(), backend or "torch", precision or "fp32", threads, cache_dir)
+        from ..checkpoint import load_model, read_state_dict
+
+        recorded = read_state_dict(path)[1].get("preprocessing")  # the metadata key interop/preprocessing.py writes
+        return runtime_model(load_model(path).eval(), backend or "torch", precision or "fp32", threads, cache_dir,
+                             preprocessing=json.loads(recorded) if recorded else None)
     if path.suffix not in FILE_BACKENDS:
         raise ValueError(f"{path}: expected a run folder, a .safetensors file, or a file from `vitlab export` "
                          f"({', '.join(FILE_BACKENDS)})")

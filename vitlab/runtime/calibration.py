@@ -20,10 +20,11 @@ from .quantize import DEFAULT_SAMPLES, quantize_graph
 
 # -- a model's graphs, calibrated on what it is called with ---------------------------------------------------------
 def calibration_recorder(model: nn.Module, rows: int = DEFAULT_SAMPLES, cache_dir: str | os.PathLike | None = None,
-                         cache_name: str | None = None) -> CalibrationRecorder:
+                         cache_name: str | None = None, preprocessing: dict[str, Any] | None = None
+                         ) -> CalibrationRecorder:
     """`model` on torch, keeping the first `rows` inputs of each of its graphs that its calls reach (a restorer: one
     graph per task and tile size). Run the model's evaluation through `.as_model()`, then `write_int8`."""
-    base = runtime_model(model, "torch", "fp32", None, cache_dir, cache_name)
+    base = runtime_model(model, "torch", "fp32", None, cache_dir, cache_name, preprocessing)
     return CalibrationRecorder(base, rows)
 
 
@@ -62,7 +63,8 @@ class CalibrationRecorder:
         if not self.recorded:
             raise ValueError("nothing was recorded to calibrate on: the evaluation never called the model")
         base = self.runtime
-        int8 = runtime_model(base.model, backend, "int8", base.settings.threads, base.cache_dir, base.cache_name)
+        int8 = runtime_model(base.model, backend, "int8", base.settings.threads, base.cache_dir, base.cache_name,
+                             base.graph_meta.get("preprocessing"))
         written = []
         for key, (graph, batches) in self.recorded.items():
             path = int8.int8_path(key)

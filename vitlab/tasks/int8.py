@@ -51,7 +51,7 @@ def quantize_run(run_dir: str | Path, backend: str = "onnxruntime", calibration:
     evaluate = _evaluation(task, saved, source.run_dir or source.name)
     measured = {"data": calibration} if named else {}  # a name's figures: on the calibration data, its only data
 
-    recorder = calibration_recorder(model, samples, cache_dir, cache_name)
+    recorder = calibration_recorder(model, samples, cache_dir, cache_name, saved.get("data", {}).get("preprocessing"))
     if calibration:
         evaluate(recorder.as_model(), data=calibration)
         reference = evaluate(runtime_model(model, "torch", "fp32").as_model(), **measured)

@@ -33,6 +33,7 @@ def on_runtime(model: nn.Module, args: argparse.Namespace, source, threads: int 
     from ..runtime import runtime_model
 
     cache_dir, cache_name = source.runtime_cache
-    runtime = runtime_model(model, args.runtime, args.precision, args.threads or threads, cache_dir, cache_name)
+    runtime = runtime_model(model, args.runtime, args.precision, args.threads or threads, cache_dir, cache_name,
+                            source.saved.get("data", {}).get("preprocessing"))
     print(f"runtime: {runtime.describe()}", file=sys.stderr)
     return runtime.as_model()
