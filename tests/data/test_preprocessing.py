@@ -76,6 +76,38 @@ def test_a_transformers_processor_config_reads_as_the_processor_preprocesses(nam
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
 
 
+LEGACY_PROCESSOR_CONFIGS = {  # sizes saved as a bare number, as the Hub's older preprocessor_config.json files have
+    "ViTImageProcessor": {"do_normalize": True, "do_resize": True, "feature_extractor_type": "ViTFeatureExtractor",
+                          "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "resample": 2, "size": 224},
+    "DeiTImageProcessor": {"do_center_crop": True, "crop_size": 224, "do_normalize": True, "do_resize": True,
+                           "feature_extractor_type": "DeiTFeatureExtractor", "image_mean": [0.485, 0.456, 0.406],
+                           "image_std": [0.229, 0.224, 0.225], "resample": 3, "size": 256},
+    "DetrImageProcessor": {"do_normalize": True, "do_resize": True, "feature_extractor_type": "DetrFeatureExtractor",
+                           "format": "coco_detection", "image_mean": [0.485, 0.456, 0.406],
+                           "image_std": [0.229, 0.224, 0.225], "max_size": 160, "size": 96},
+    "BitImageProcessor": {"do_center_crop": True, "crop_size": 32, "do_normalize": True, "do_resize": True,
+                          "image_processor_type": "BitImageProcessor", "image_mean": [0.5, 0.5, 0.5],
+                          "image_std": [0.5, 0.5, 0.5], "resample": 3, "size": 40},
+}
+
+
+@pytest.mark.parametrize("kind", list(LEGACY_PROCESSOR_CONFIGS))
+def test_a_size_saved_as_a_number_is_read_as_its_processor_reads_it(kind, photos):
+    """A bare number is a square to ViT's and DeiT's processors, the shorter side to BiT's and DETR's (whose older
+    max_size caps the longer): the pixels of the processor built from the same dict, for landscape and portrait
+    photos."""
+    import transformers
+
+    config = LEGACY_PROCESSOR_CONFIGS[kind]
+    processor = getattr(transformers, kind).from_dict(dict(config))
+    ours = from_transformers(config)
+    for photo in photos:
+        theirs = processor(photo, return_tensors="pt")["pixel_values"][0]
+        mine = ours(photo)
+        assert mine.shape == theirs.shape, (kind, photo.size, mine.shape, theirs.shape)
+        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
+
+
 def test_a_preprocessing_written_for_transformers_reads_back_as_itself():
     """What vitlab writes as a processor config (vitlab push --format transformers) is read back as the same rule:
     a one-channel classifier's stays one-channel, a detector's cap on the longer side stays a cap."""

@@ -73,13 +73,24 @@ def from_timm(cfg: dict[str, Any]) -> Preprocessing | None:
                          std=tuple(cfg.get("std", (0.229, 0.224, 0.225))), channels=channels, resampler="pil")
 
 
+# the processors that read a bare number as the shorter side (get_size_dict(default_to_square=False)); every other
+# one, ViT's and DeiT's among them, resizes to a square of that side. DETR's also cap the longer side (max_size)
+SHORTER_SIDE_PROCESSORS = ("Bit", "CLIP", "ConvNext", "Detr", "DeformableDetr", "ConditionalDetr", "MobileNet")
+
+
 def from_transformers(processor: dict[str, Any]) -> Preprocessing:
-    """A transformers image processor's saved configuration as it preprocesses (its default, torchvision backend)."""
+    """A transformers image processor's saved configuration as it preprocesses (its default, torchvision backend).
+    A size saved as a bare number (older configs, many of the Hub's) is read as its processor class reads it."""
     size, resize, max_size = processor.get("size") or {}, None, None
+    kind = str(processor.get("image_processor_type") or processor.get("feature_extractor_type") or "")
+    if isinstance(size, int):
+        if kind.startswith(SHORTER_SIDE_PROCESSORS):
+            size = {"shortest_edge": size} | ({"longest_edge": processor.get("max_size") or 1333}
+                                               if "Detr" in kind else {})
+        else:
+            size = {"height": size, "width": size}
     if processor.get("do_resize", True):
-        if isinstance(size, int):
-            resize = size
-        elif "shortest_edge" in size:
+        if "shortest_edge" in size:
             resize, max_size = size["shortest_edge"], size.get("longest_edge")
         elif "height" in size and "width" in size:
             resize = (size["height"], size["width"])
@@ -91,7 +102,7 @@ def from_transformers(processor: dict[str, Any]) -> Preprocessing:
     crop = None
     if processor.get("do_center_crop"):
         crop_size = processor.get("crop_size") or {}
-        crop = (crop_size["height"], crop_size["width"]) if isinstance(crop_size, dict) else crop_size
+        crop = (crop_size["height"], crop_size["width"]) if isinstance(crop_size, dict) else (crop_size, crop_size)
     stats = {"mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
     if processor.get("do_normalize", True):
         stats = {"mean": tuple(processor.get("image_mean", (0.5,) * 3)), "std": tuple(processor.get("image_std",
