@@ -71,3 +71,19 @@ def test_distill_without_teacher_and_a_mismatched_teacher_are_clear_errors(teach
     assert main(["train", *DATA, "--model", "deit_mini_distilled_patch7_28", "--distill", "soft", "--teacher",
                  str(teacher), "--img-size", "56", "--out", str(tmp_path / "c")]) == 2
     assert "other inputs" in capsys.readouterr().err
+    # its weights file alone says as much: its preprocessing (the image size), its labels (the classes, in order)
+    weights = teacher / "best.safetensors"
+    assert main(["train", *DATA, "--model", "deit_mini_distilled_patch7_28", "--distill", "soft", "--teacher",
+                 str(weights), "--img-size", "56", "--out", str(tmp_path / "d")]) == 2
+    assert "img_size: teacher 28, student 56" in capsys.readouterr().err
+    from safetensors.torch import save_file
+
+    from vitlab.checkpoint import CONFIG_KEY
+
+    tensors, metadata = read_state_dict(weights)
+    config = json.loads(metadata[CONFIG_KEY])
+    config["labels"] = list(reversed(config["labels"]))  # the same ten classes in another order
+    save_file(tensors, str(tmp_path / "reordered.safetensors"), metadata={**metadata, CONFIG_KEY: json.dumps(config)})
+    assert main(["train", *DATA, "--model", "deit_mini_distilled_patch7_28", "--distill", "soft", "--teacher",
+                 str(tmp_path / "reordered.safetensors"), "--out", str(tmp_path / "e")]) == 2
+    assert "classes: teacher ['Ankle boot'" in capsys.readouterr().err

@@ -245,11 +245,12 @@ def load_teacher(path: str, bundle: DatasetBundle) -> nn.Module:
         raise FileNotFoundError(f"teacher {path} does not exist; give the run folder of a trained teacher "
                                 f"(e.g. `vitlab train --model resnet18_28 --out runs/teacher`)")
     teacher = load_model(weights_file(path))
-    if folder.is_dir():
-        seen = RunDir(folder).read_config()["data"]
-        mine = {"img_size": bundle.img_size, "channels": bundle.channels, "classes": bundle.classes,
-                "mean": list(bundle.mean), "std": list(bundle.std)}
-        differs = {key: (seen[key], value) for key, value in mine.items() if not _close(seen.get(key), value)}
+    mine = {"img_size": bundle.img_size, "channels": bundle.channels, "classes": bundle.classes,
+            "mean": list(bundle.mean), "std": list(bundle.std)}
+    seen = RunDir(folder).read_config()["data"] if folder.is_dir() else _recorded_inputs(teacher, path)
+    if seen:
+        differs = {key: (seen[key], value) for key, value in mine.items()
+                   if key in seen and not _close(seen.get(key), value)}
         if differs:
             detail = "; ".join(f"{key}: teacher {a}, student {b}" for key, (a, b) in differs.items())
             raise ValueError(f"the teacher in {path} was trained on other inputs than this run's ({detail}); "
@@ -258,6 +259,25 @@ def load_teacher(path: str, bundle: DatasetBundle) -> nn.Module:
     if classes != bundle.num_classes:
         raise ValueError(f"the teacher predicts {classes} classes, the data has {bundle.num_classes}")
     return freeze(teacher)
+
+
+def _recorded_inputs(teacher: nn.Module, path: str) -> dict[str, Any]:
+    """What a teacher's weights file records of the inputs it was trained on, in a run's config.json terms: its
+    classes (the model's labels) and its preprocessing's image size, channels, mean and std; {} where it records
+    neither."""
+    from ...interop.preprocessing import preprocessing_for
+    from ...models.family import family_config
+
+    seen: dict[str, Any] = {}
+    labels = getattr(family_config(teacher), "labels", None)
+    if labels:
+        seen["classes"] = list(labels)
+    rule = preprocessing_for(path)
+    if rule is not None:
+        seen |= {"channels": rule.channels, "mean": list(rule.mean), "std": list(rule.std)}
+        if rule.input_size is not None and rule.input_size[0] == rule.input_size[1]:
+            seen["img_size"] = rule.input_size[0]
+    return seen
 
 
 def _close(a: Any, b: Any) -> bool:
