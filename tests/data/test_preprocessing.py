@@ -43,6 +43,25 @@ def test_every_timm_release_records_timms_own_eval_transform(tag, photos):
         torch.testing.assert_close(ours(photo), theirs(photo), atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("crop", [None, (192, 192)])
+def test_a_squashing_resize_written_for_timm_is_timms_squash(crop, photos):
+    """A preprocessing that resizes both sides (the ratio not kept), as vitlab writes it into a timm config.json
+    (vitlab push --format timm): timm's own transform squashes too (crop_mode "squash"; "center" would resize the
+    shorter side and crop), pixel for pixel, and it reads back as the same rule."""
+    from timm.data import create_transform, resolve_data_config
+
+    from vitlab.interop.vit_formats import _timm_pretrained_cfg
+
+    rule = Preprocessing(resize=(224, 224), crop=crop, channels=3, resampler="pil")
+    cfg = _timm_pretrained_cfg(vitlab.create_model("vit_tiny_patch16_224", img_size=crop[0] if crop else 224).config,
+                               rule.to_dict(), distilled=False)
+    theirs = create_transform(**resolve_data_config({}, pretrained_cfg=cfg))
+    read = from_timm(cfg)
+    for photo in photos:
+        torch.testing.assert_close(rule(photo), theirs(photo), atol=1e-6, rtol=0)
+        torch.testing.assert_close(read(photo), theirs(photo), atol=1e-6, rtol=0)
+
+
 def transformers_processors():
     import transformers
 

@@ -58,11 +58,12 @@ def _safetensors_metadata(path: Path) -> dict[str, str]:
 def from_timm(cfg: dict[str, Any]) -> Preprocessing | None:
     """timm's eval transform for a pretrained config (what `resolve_data_config` + `create_transform` make of it);
     None for a crop mode other than the centre one."""
-    if cfg.get("crop_mode", "center") != "center" or "input_size" not in cfg:
+    mode = cfg.get("crop_mode", "center")
+    if mode not in ("center", "squash") or "input_size" not in cfg:
         return None
     channels, height, width = cfg["input_size"]
     crop_pct = cfg.get("crop_pct") or 0.875  # timm's default eval size, not its larger test_input_size
-    if height == width:
+    if height == width and mode == "center":  # the shorter side; "squash": both sides, the ratio not kept
         resize: int | tuple[int, int] = math.floor(height / crop_pct)
     else:
         resize = (math.floor(height / crop_pct), math.floor(width / crop_pct))

@@ -282,6 +282,8 @@ def _timm_pretrained_cfg(config: Any, preprocessing: dict[str, Any] | None, dist
         crop = rule.input_size or tuple(size)
         cfg |= {"interpolation": rule.interpolation, "mean": list(rule.mean), "std": list(rule.std),
                 "crop_pct": crop[0] / rule.resize if isinstance(rule.resize, int) else 1.0}
+        if isinstance(rule.resize, tuple):  # both sides to a size, the ratio not kept: timm's "squash" resizes so
+            cfg |= {"crop_mode": "squash", "crop_pct": crop[0] / rule.resize[0]}
     return cfg
 
 
