@@ -154,3 +154,16 @@ def test_a_big_endian_16_bit_grey_upload_is_read_as_vitlab_predict_reads_it(tmp_
     png_safe(Image.open(tmp_path / "deep.tif")).save(tmp_path / "kept.png")
     read = [np.asarray(read_image(tmp_path / name, channels=1)) for name in ("deep.tif", "kept.png")]
     assert read[0].tolist() == read[1].tolist() == [[0, 1, 4], [128, 255, 2]]
+
+
+def test_an_image_the_page_opened_is_decoded_within_the_limits_or_refused_with_the_reason():
+    """The page hands over an image Pillow has opened, not decoded: a truncated one is refused as the API refuses it
+    (415, saying so), not left to fail later with no message."""
+    from vitlab.serve.uploads import BadInput, ImageLimits, checked
+
+    opened = Image.open(io.BytesIO(png(64, 64)[:200]))  # a truncated PNG: its header, part of its pixels
+    with pytest.raises(BadInput, match="could not be decoded") as refused:
+        checked(opened, "image", ImageLimits())
+    assert refused.value.status == 415
+    whole = checked(Image.open(io.BytesIO(png(64, 64))), "image", ImageLimits())
+    assert whole.size == (64, 64) and np.asarray(whole).shape == (64, 64, 3)

@@ -19,7 +19,7 @@ from PIL import Image
 from ..registry import Registry
 from .pool import WorkerPool
 from .runs import ServedRun, decode_picture, field_types, predict, uploads_of
-from .uploads import BadInput, ImageLimits, within_limits
+from .uploads import BadInput, ImageLimits, checked
 
 # the page's layouts, by the name a task gives as its `page`
 PAGES: Registry[Callable[[ServedRun, Callable], None]] = Registry("page layout")
@@ -36,11 +36,11 @@ def register_page(name: str) -> Callable:
 def build_page(runs: list[ServedRun], pool: WorkerPool, limits: ImageLimits) -> gr.Blocks:
     def answer(run: ServedRun, image: Image.Image | None, **options: Any) -> dict[str, Any]:
         try:
-            if image is not None:
-                image = within_limits(image, "image", limits)
+            if image is not None:  # opened by the page, not decoded yet: a damaged file is said here, as by the API
+                image = checked(image, "image", limits)
             for name in uploads_of(run.task):
                 if options.get(name) is not None:
-                    options[name] = within_limits(options[name], name, limits)
+                    options[name] = checked(options[name], name, limits)
             return pool.run_blocking(predict, run, image, "upload.png", **options)
         except BadInput as error:
             raise gr.Error(str(error)) from None

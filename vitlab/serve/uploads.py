@@ -56,9 +56,15 @@ def read_image(data: bytes, field: str, limits: ImageLimits) -> Image.Image:
                                 f"one") from error
         raise BadInput(415, f"the upload `{field}` is not an image Pillow can read ({len(data):,} bytes starting "
                             f"{data[:8]!r}); send a PNG, JPEG, WebP, BMP, GIF or TIFF file") from error
+    return checked(image, field, limits)
+
+
+def checked(image: Image.Image, field: str, limits: ImageLimits) -> Image.Image:
+    """An opened image (its header read: an upload's, or the page's) within the limits, then decoded: refused (413)
+    or downscaled as the limits say, and a truncated or damaged file refused (415) with the reason."""
     image = within_limits(image, field, limits)
     try:
-        return decode(image, name)  # a truncated or damaged file: its header read, its pixels not
+        return decode(image, f"the upload `{field}`")  # a truncated or damaged file: its header read, its pixels not
     except BadImageError as error:
         raise BadInput(415, f"the image `{field}` could not be decoded: it {error.reason}; send a complete image "
                             f"file") from error
