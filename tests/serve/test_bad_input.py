@@ -89,6 +89,32 @@ def test_size_limits_refuse_or_downscale(served):
     assert image.size == (71, 57) and image.size[0] * image.size[1] <= 64 * 64  # the aspect ratio kept
 
 
+@pytest.mark.slow
+def test_a_request_larger_than_its_uploads_allow_is_refused_before_it_is_read(served, tmp_path):
+    """An upload far above the limit is not spooled to disk whole before the limit is checked: refused (413) by
+    its Content-Length, or, sent in chunks without one, once the bytes streamed pass the limit; the server goes on
+    serving."""
+    from vitlab.serve.app import create_app
+    from vitlab.serve.server import background_server
+
+    cls = [run for run in served if run.name == "cls"]
+    limits = ImageLimits(max_bytes=4000)
+    huge = b"\x89PNG" + bytes(3 << 20)  # 3 MiB: the limit is one upload and 1 MiB for the rest of the form
+    with background_server(create_app(cls, WorkerPool(1), limits, page=False)) as url:
+        declared = ask(url, data=huge)
+        assert declared.status_code == 413 and "above this server's limit of 1,052,576 for a request" in declared.text
+
+        def chunks():
+            yield b"--x\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n\r\n"
+            for _ in range(48):
+                yield bytes(1 << 16)
+
+        streamed = httpx.post(f"{url}/api/runs/cls/predict", content=chunks(), timeout=60,
+                              headers={"content-type": "multipart/form-data; boundary=x"})
+        assert streamed.status_code == 413 and "the request is over" in streamed.text
+        assert ask(url).status_code == 200
+
+
 def test_a_full_pool_answers_503_and_frees_its_slots():
     pool = WorkerPool(workers=1, queue=1)
     release = threading.Event()

@@ -15,7 +15,7 @@ import math
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI, File, Request, UploadFile
+from fastapi import FastAPI, File, HTTPException, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from .. import __version__
@@ -51,6 +51,39 @@ def finite(value: Any) -> Any:
     return value
 
 
+class BodyLimit:
+    """Refuse (413) a request whose body is larger than `limit` bytes before it is read whole: by its Content-Length
+    where it says one, else once the bytes streamed pass the limit. The multipart parser would otherwise spool any
+    upload to disk, however large, before the route could look at it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            response = JSONResponse({"detail": self._too_large(int(declared))}, status_code=413)
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise HTTPException(413, detail=self._too_large(seen, streamed=True))
+            return message
+
+        return await self.app(scope, counted, send)
+
+    def _too_large(self, size: int, streamed: bool = False) -> str:
+        return (f"the request is {'over ' if streamed else ''}{size:,} bytes, above this server's limit of "
+                f"{self.limit:,} for a request (its uploads and fields); send smaller files (or start the server "
+                f"with a larger --max-upload-mb)")
+
+
 def create_app(runs: list[ServedRun], pool: WorkerPool | None = None, limits: ImageLimits | None = None,
                page: bool = True) -> FastAPI:
     pool = pool or WorkerPool()
@@ -68,6 +101,9 @@ def create_app(runs: list[ServedRun], pool: WorkerPool | None = None, limits: Im
                               "probabilities, boxes in pixels, a class mask as base64 PNG, a restored image, or "
                               "generated samples.")
     app.state.runs, app.state.pool, app.state.limits = by_name, pool, limits
+    # every upload a run takes at its limit, and room for the form's other fields and the multipart framing
+    uploads = 1 + max((len(uploads_of(run.task)) for run in runs), default=0)
+    app.add_middleware(BodyLimit, limit=uploads * limits.max_bytes + (1 << 20))
 
     @app.exception_handler(BadInput)
     async def refuse(_: Request, error: BadInput) -> JSONResponse:
@@ -123,6 +159,7 @@ def create_app(runs: list[ServedRun], pool: WorkerPool | None = None, limits: Im
         from .page import build_page
 
         app = gr.mount_gradio_app(app, build_page(runs, pool, limits), path="/", ssr_mode=False,
+                                  max_file_size=limits.max_bytes,
                                   footer_links=["api"], allowed_paths=sorted({str(p.parent) for run in runs
                                                                               for p in run.examples}))
     return app
