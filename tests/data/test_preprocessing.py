@@ -127,6 +127,12 @@ def test_a_size_saved_as_a_number_is_read_as_its_processor_reads_it(kind, photos
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
 
 
+def test_a_size_or_crop_saved_as_a_pair_is_height_and_width():
+    read = from_transformers({"size": [32, 48], "do_center_crop": True, "crop_size": [16, 24],
+                              "image_processor_type": "ViTImageProcessor"})
+    assert (read.resize, read.crop) == ((32, 48), (16, 24))
+
+
 def test_a_preprocessing_written_for_transformers_reads_back_as_itself():
     """What vitlab writes as a processor config (vitlab push --format transformers) is read back as the same rule:
     a one-channel classifier's stays one-channel, a detector's cap on the longer side stays a cap."""
@@ -255,3 +261,5 @@ def test_a_sliver_or_an_image_resized_to_nothing_is_refused_with_its_size():
         detr.resized_shape(1, 600)
     side = int(MAX_RESIZED_PIXELS ** 0.5)
     assert vit.resized_shape(side, side) == (224, 224) and vit.resized_shape(224, 224 * 1000) == (224, 224_000)
+    # an image left at its own size is not resized to anything: a large one is for a sliding window to read
+    assert Preprocessing(channels=3).resized_shape(2 * side, 2 * side) == (2 * side, 2 * side)

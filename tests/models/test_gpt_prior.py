@@ -52,6 +52,19 @@ def test_cached_sampling_gives_the_recomputed_codes(options):
     assert torch.equal(cached, recomputed)
 
 
+def test_a_temperature_is_zero_or_a_finite_positive_number_the_logits_survive():
+    """A tiny temperature is near-greedy; one so small that the scaled logits overflow, NaN or infinity, is refused
+    with the reason rather than failing in the draw."""
+    model, labels = tiny(), torch.tensor([0, 1])
+    near_greedy = model.generate(labels, temperature=1e-7, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(near_greedy, model.generate(labels, temperature=0))
+    with pytest.raises(ValueError, match="too small for these logits"):
+        model.generate(labels, temperature=1e-45)
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=r"0 \(greedy\) or a finite positive number"):
+            model.generate(labels, temperature=bad)
+
+
 def test_top_k_and_top_p_by_definition():
     logits = torch.log(torch.tensor([[0.05, 0.4, 0.1, 0.3, 0.15]]))
     kept = filter_logits(logits, top_k=2).isfinite()

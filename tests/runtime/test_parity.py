@@ -321,6 +321,11 @@ def test_a_runs_cached_graphs_are_named_by_the_weights_and_the_graph_format(tmp_
     os.utime(folder / "model.safetensors", (200, 200))  # fine-tuned weights saved over the file
     os.utime(folder, (1, 1))
     assert export.run_cache(tmp_path, "hf-model", folder)[1].startswith("hf-model-200-")
+    (folder / ".git").mkdir()  # a clone's history, notes: not the model
+    for other in (folder / ".git" / "index", folder / "notes.txt"):
+        other.write_text("")
+        os.utime(other, (300, 300))
+    assert export.run_cache(tmp_path, "hf-model", folder)[1].startswith("hf-model-200-")
 
 
 @pytest.mark.parametrize("backend, suffix", [("onnxruntime", ".onnx"), ("openvino", ".xml")])

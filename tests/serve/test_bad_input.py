@@ -49,8 +49,8 @@ def ask(url: str, run: str = "cls", data: bytes | None = BOOT, field: str = "ima
     ("ipt", BOOT, {"degradation": "sr4"}, 422, "sr4"),
     ("prior", None, {"class_index": 99}, 422, "--class must be one of 0 … 9"),
     ("prior", None, {"n": 1000}, 422, "n must be in 1 … 64"),
-    ("prior", None, {"temperature": "nan"}, 422, "temperature must be 0 (greedy) or a number from 1e-06 up"),
-    ("prior", None, {"seed": 2**64}, 422, "--seed must be a whole number from 0 to 2**64 - 1"),
+    ("prior", None, {"temperature": "nan"}, 422, "temperature must be 0 (greedy) or a finite positive number"),
+    ("prior", None, {"seed": 2**64}, 422, "--seed must be a whole number from -2**63 to 2**64 - 1"),
 ])
 def test_each_bad_request_is_answered_4xx_with_what_was_expected(server, run, data, fields, status, says):
     answer = ask(server, run, data, **fields)

@@ -130,9 +130,11 @@ class Preprocessing:
 
     def resized_shape(self, height: int, width: int) -> tuple[int, int]:
         """(H, W) an image of `height` × `width` is resized to, before the crop; an image whose resized form would
-        be empty or larger than MAX_RESIZED_PIXELS (a sliver) is refused, with both sizes."""
+        be empty or larger than MAX_RESIZED_PIXELS (a sliver) is refused, with both sizes (one left at its own size
+        is not: a sliding window reads a large image as it is)."""
         new_height, new_width = self._resized_shape(height, width)
-        if min(new_height, new_width) < 1 or new_height * new_width > MAX_RESIZED_PIXELS:
+        resized = (new_height, new_width) != (height, width)
+        if resized and (min(new_height, new_width) < 1 or new_height * new_width > MAX_RESIZED_PIXELS):
             raise ValueError(f"an image of {width}×{height} pixels would be resized to {new_width}×{new_height} "
                              f"for this model: give one of a less extreme shape (crop it)")
         return new_height, new_width

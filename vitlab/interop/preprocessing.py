@@ -76,7 +76,7 @@ def from_timm(cfg: dict[str, Any]) -> Preprocessing | None:
 
 # the processors that read a bare number as the shorter side (get_size_dict(default_to_square=False)); every other
 # one, ViT's and DeiT's among them, resizes to a square of that side. DETR's also cap the longer side (max_size)
-SHORTER_SIDE_PROCESSORS = ("Bit", "CLIP", "ConvNext", "Detr", "DeformableDetr", "ConditionalDetr", "MobileNet")
+SHORTER_SIDE_PROCESSORS = ("Bit", "CLIP", "Detr", "DeformableDetr", "ConditionalDetr", "Yolos", "MobileNet")
 
 
 def from_transformers(processor: dict[str, Any]) -> Preprocessing:
@@ -87,9 +87,11 @@ def from_transformers(processor: dict[str, Any]) -> Preprocessing:
     if isinstance(size, int):
         if kind.startswith(SHORTER_SIDE_PROCESSORS):
             size = {"shortest_edge": size} | ({"longest_edge": processor.get("max_size") or 1333}
-                                               if "Detr" in kind else {})
+                                               if "Detr" in kind or "Yolos" in kind else {})
         else:
             size = {"height": size, "width": size}
+    elif isinstance(size, list | tuple) and len(size) == 2:  # (height, width), as get_size_dict reads a pair
+        size = {"height": size[0], "width": size[1]}
     if processor.get("do_resize", True):
         if "shortest_edge" in size:
             resize, max_size = size["shortest_edge"], size.get("longest_edge")
@@ -103,7 +105,8 @@ def from_transformers(processor: dict[str, Any]) -> Preprocessing:
     crop = None
     if processor.get("do_center_crop"):
         crop_size = processor.get("crop_size") or {}
-        crop = (crop_size["height"], crop_size["width"]) if isinstance(crop_size, dict) else (crop_size, crop_size)
+        crop = ((crop_size["height"], crop_size["width"]) if isinstance(crop_size, dict) else
+                (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size))
     stats = {"mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
     if processor.get("do_normalize", True):
         stats = {"mean": tuple(processor.get("image_mean", (0.5,) * 3)), "std": tuple(processor.get("image_std",

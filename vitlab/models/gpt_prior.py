@@ -28,8 +28,6 @@ from ..layers.blocks import EncoderBlock, KVCache
 from .family import Model, ModelFamily, Paper
 from .registry import register_config, register_model
 
-MIN_TEMPERATURE = 1e-6  # the smallest softmax temperature above 0 (greedy) a draw takes
-
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
     """logits (B, K) with everything outside the top-k and the top-p nucleus set to -inf.
@@ -134,10 +132,8 @@ class GPTPrior(Model):
                  generator: torch.Generator | None = None) -> torch.Tensor:
         """labels (B,) -> sampled codes (B, h, w). One multinomial draw per step from
         softmax(filter(logits) / temperature); temperature 0 takes the most likely code."""
-        if not (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf):
-            # below it, the scaled logits overflow to inf and the softmax to NaN: the draw is the greedy one anyway
-            raise ValueError(f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE:g} up, got "
-                             f"{temperature}")
+        if not 0 <= temperature < math.inf:
+            raise ValueError(f"temperature must be 0 (greedy) or a finite positive number, got {temperature}")
         B = labels.shape[0]
         labels = self._labels(labels, B, labels.device)
         caches = self.new_caches() if use_cache else None
@@ -152,7 +148,11 @@ class GPTPrior(Model):
             if temperature == 0:
                 step = logits.argmax(dim=-1, keepdim=True)
             else:
-                step = torch.multinomial((logits / temperature).softmax(dim=-1), 1, generator=generator)
+                probs = (logits / temperature).softmax(dim=-1)
+                if not torch.isfinite(probs).all():  # so small a temperature that the scaled logits overflow
+                    raise ValueError(f"temperature {temperature:g} is too small for these logits (they overflow "
+                                     f"once scaled); give 0 to take the most likely code")
+                step = torch.multinomial(probs, 1, generator=generator)
             codes = torch.cat([codes, step], dim=1)
         return codes.view(B, *self.config.grid)
 

@@ -199,7 +199,7 @@ class Runtime:
         onnxruntime quantizes the graph dynamically (activations scaled per call), OpenVINO cannot."""
         from .quantize import quantize_graph
 
-        path = self.int8_path(key)
+        path, made_now = self.int8_path(key), False
         if not path.is_file():
             if self.backend == "openvino":
                 raise ValueError(f"no int8 graph at {path}: OpenVINO quantizes with calibration data only; run "
@@ -209,11 +209,13 @@ class Runtime:
                   f"--weights WEIGHTS` calibrates one on the run's validation data, for the weights in use)",
                   file=sys.stderr)
             quantize_graph(graph, path, "onnxruntime", None, fp32_onnx=self._fp32_onnx(graph, key))
-        elif read_metadata(path).get("int8", {}).get("calibration") == "dynamic":  # made so by an earlier call
+            made_now = True
+        record = read_metadata(path)
+        if record.get("int8", {}).get("calibration") == "dynamic" and not made_now:  # an earlier call made it
             print(f"runtime: the int8 graph at {path} is quantized dynamically, as an earlier call made it (`vitlab "
                   f"quantize RUN_DIR --weights WEIGHTS` calibrates one in its place)", file=sys.stderr)
-        _free_axes_from(path, graph)
-        _warn_of_saturation(path)
+        _free_axes_from(path, graph, record)
+        _warn_of_saturation(path, record)
         if self.backend == "onnxruntime":
             return OnnxRuntimeBackend(str(path), self.settings, "int8")
         return OpenVinoBackend(str(path), self.settings, "int8")
@@ -267,9 +269,10 @@ def _fixes_more(declared: tuple[dict[int, str], ...], kept: tuple[dict[int, str]
                for axis in axes)
 
 
-def _free_axes_from(path: Path, graph: Graph) -> None:
+def _free_axes_from(path: Path, graph: Graph, record: dict[str, Any] | None = None) -> None:
     """Set `graph.dynamic` to the axes the file at `path` left free (its record says which)."""
-    graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in read_metadata(path)["dynamic"])
+    record = record if record is not None else read_metadata(path)
+    graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in record["dynamic"])
 
 
 def _warn_of_saturation(path: Path, record: dict[str, Any] | None = None) -> None:
@@ -356,9 +359,12 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
     if path.suffix == ".safetensors":
         import json
 
-        from ..checkpoint import load_model, read_state_dict
+        from safetensors import safe_open
 
-        recorded = read_state_dict(path)[1].get("preprocessing")  # the metadata key interop/preprocessing.py writes
+        from ..checkpoint import load_model
+
+        with safe_open(str(path), framework="pt") as f:  # the metadata only: the tensors are read once, below
+            recorded = (f.metadata() or {}).get("preprocessing")  # the key interop/preprocessing.py writes
         return runtime_model(load_model(path).eval(), backend or "torch", precision or "fp32", threads, cache_dir,
                              preprocessing=json.loads(recorded) if recorded else None)
     if path.suffix not in FILE_BACKENDS:

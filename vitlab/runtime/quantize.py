@@ -63,8 +63,12 @@ def saturation_risk(record: dict[str, Any], path: str | os.PathLike) -> str | No
     """What to tell the user of an int8 graph (`record`: its file's vitlab record) made on a CPU with VNNI, whose
     8-bit weights use all 8 bits, when this CPU has none: its int8 kernel sums pairs of products in 16 bits, which
     such weights can saturate (the module docstring). None where the graph suits this CPU."""
+    import platform
+
     made = record.get("int8") or {}
     if made.get("precision") != "int8" or made.get("reduce_range", True) or cpu_int8_isa() != "none":
+        return None
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):  # the 16-bit pair sums are x86's
         return None
     return (f"{path} was quantized on a CPU with 8-bit dot products ({made.get('isa')}), its weights in 8 bits; this "
             f"CPU has none, and its int8 kernels can saturate on them: quantize the model again here (`vitlab "

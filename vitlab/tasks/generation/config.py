@@ -3,6 +3,7 @@ prior over its codes (`--task prior`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...engine.options import check, option
@@ -70,7 +71,7 @@ class PriorTaskConfig:
 
     def __post_init__(self) -> None:
         check(self.eval_samples >= 0, "eval_samples", ">= 0", self.eval_samples)
-        check(self.temperature >= 0, "temperature", ">= 0", self.temperature)
+        check(0 <= self.temperature < math.inf, "temperature", "0 or a finite positive number", self.temperature)
         check(self.top_k is None or self.top_k >= 1, "top_k", ">= 1", self.top_k)
         check(self.top_p is None or 0 < self.top_p <= 1, "top_p", "in (0, 1]", self.top_p)
 

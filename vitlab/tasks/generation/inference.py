@@ -115,8 +115,8 @@ def sample_grid(task, prior, saved: dict[str, Any], out: str | Path, class_index
     (model, config), already loaded (default: loaded from the run's --vqgan)."""
     if task.name != "prior":
         raise ValueError(f"`vitlab sample` takes a prior run (vitlab train --task prior); this is a {task.name} run")
-    if not 0 <= seed < 2**64:  # what torch's generators take
-        raise ValueError(f"--seed must be a whole number from 0 to 2**64 - 1, got {seed}")
+    if not -(2**63) <= seed < 2**64:  # what torch's generators take
+        raise ValueError(f"--seed must be a whole number from -2**63 to 2**64 - 1, got {seed}")
     vqgan, _ = vqgan or load_vqgan_run(saved["config"]["vqgan"])
     classes = saved["data"]["classes"]
     if class_index is not None and not 0 <= class_index < len(classes):
