@@ -115,9 +115,10 @@ def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, lo
     from vitlab.engine.run import RunDir
 
     model = RunDir(run).load_model("best")
-    with torch.no_grad():
+    torch.manual_seed(0)
+    with torch.no_grad():  # other weights, near enough the trained ones that the logits stay of their size
         for param in model.parameters():
-            param.add_(torch.randn_like(param))
+            param.add_(0.2 * torch.randn_like(param))
     other = save_weights(model, tmp_path / "other.safetensors")
     answers = []
     for argv in (["hf-hub:me/vit-hub", "--runtime", "onnxruntime"],
@@ -126,7 +127,8 @@ def test_a_pushed_run_on_the_hub_answers_by_its_name_as_the_run_does(trained, lo
         assert main(["predict", argv[0], image, "--json", *argv[1:]]) == 0
         answers.append([c["probability"] for c in json.loads(capsys.readouterr().out)[0]["top_k"]])
     published, on_runtime, by_torch = answers
-    assert on_runtime == pytest.approx(by_torch, abs=1e-4) and on_runtime != pytest.approx(published, abs=1e-3)
+    assert on_runtime == pytest.approx(by_torch, abs=1e-4)
+    assert max(abs(a - b) for a, b in zip(on_runtime, published)) > 0.01  # not the published weights' answer
     # served beside the run, it answers as the run does
     from vitlab.serve.runs import load_runs
 
