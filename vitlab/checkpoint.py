@@ -31,6 +31,16 @@ from .models.registry import config_from_dict, config_to_dict
 from .reading import DamagedFileError, reading
 
 CONFIG_KEY = "vitlab_config"
+PREPROCESSING_KEY = "preprocessing"  # in vitlab's safetensors metadata, beside its config
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")  # the files weights are kept in
+
+
+def recorded_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The preprocessing record a vitlab .safetensors file keeps in its metadata (read without its tensors); None
+    where it keeps none."""
+    with reading(path, "safetensors"), safe_open(str(path), framework="pt") as f:
+        recorded = (f.metadata() or {}).get(PREPROCESSING_KEY)
+    return json.loads(recorded) if recorded else None
 
 
 class CheckpointMismatchError(ValueError):

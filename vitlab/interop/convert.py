@@ -8,11 +8,11 @@ from pathlib import Path
 
 from torch import nn
 
-from ..checkpoint import load_model, save_weights
+from ..checkpoint import PREPROCESSING_KEY, load_model, save_weights
 from ..models.registry import build_model, config_type, get_config
 from .formats import load_weights, read_checkpoint
 from .hub import fetch, release_named
-from .preprocessing import PREPROCESSING_KEY, preprocessing_for
+from .preprocessing import preprocessing_for
 
 
 def model_from_checkpoint(path: str | os.PathLike, model_name: str | None = None) -> nn.Module:

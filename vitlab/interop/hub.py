@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..checkpoint import WEIGHT_FILE_SUFFIXES  # names of files, never tags
 from ..data.download import ChecksumError, DownloadError, download_file, sha256_of_file
 from ..models.family import Release
 from ..models.registry import list_models, list_pretrained
@@ -34,7 +35,6 @@ HUB_WEIGHT_FILES = ("model.safetensors", "diffusion_pytorch_model.safetensors", 
 NEEDS_A_BROWSER = ("drive.google.com",)  # a confirmation page stands before the file
 URL_CACHE_FOLDER = "vitlab--url-releases"  # in the hub's cache, beside its models--org--name folders
 HF_PROCESSOR_FILE = "preprocessor_config.json"  # a transformers image processor's configuration
-WEIGHT_FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".npz", ".ckpt")  # names of files, never tags
 
 __all__ = ["HF_HUB_PREFIX", "ChecksumError", "DownloadError", "OfflineError", "UnknownReleaseError", "cache_dir",
            "default_release", "download", "fetch", "find_release", "is_offline", "names_remote_weights",

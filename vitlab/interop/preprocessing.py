@@ -12,17 +12,15 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
+from ..checkpoint import recorded_preprocessing
 from ..data.preprocessing import Preprocessing
 from ..reading import read_json
 from .hub import HF_PROCESSOR_FILE, fetch, release_named
 
-PREPROCESSING_KEY = "preprocessing"  # in vitlab's safetensors metadata, beside its config
 PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL.Image.Resampling's values, as transformers saves them
 
 
@@ -35,10 +33,9 @@ def preprocessing_for(source: str | os.PathLike) -> Preprocessing | None:
     path = fetch(source)
     folder = path if path.is_dir() else path.parent
     weights = path if path.is_file() else folder / "model.safetensors"  # a folder's: what vitlab push writes
-    if weights.is_file() and weights.suffix == ".safetensors":
-        metadata = _safetensors_metadata(weights)
-        if PREPROCESSING_KEY in metadata:
-            return Preprocessing.from_dict(json.loads(metadata[PREPROCESSING_KEY]))
+    recorded = recorded_preprocessing(weights) if weights.is_file() and weights.suffix == ".safetensors" else None
+    if recorded:
+        return Preprocessing.from_dict(recorded)
     if (folder / HF_PROCESSOR_FILE).is_file():
         return from_transformers(read_json(folder / HF_PROCESSOR_FILE, "a transformers preprocessor_config.json"))
     if (folder / "config.json").is_file():
@@ -46,13 +43,6 @@ def preprocessing_for(source: str | os.PathLike) -> Preprocessing | None:
         if isinstance(config.get("pretrained_cfg"), dict):
             return from_timm(config["pretrained_cfg"])
     return None
-
-
-def _safetensors_metadata(path: Path) -> dict[str, str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        return dict(f.metadata() or {})
 
 
 def from_timm(cfg: dict[str, Any]) -> Preprocessing | None:

@@ -140,16 +140,19 @@ class Runtime:
             example = tuple(_batch_of_two(as_tensor(x)).clone() for x in inputs)
             graph = self._graph(example, index)
             declared, key = graph.dynamic, (index, _fixed(inputs, graph.dynamic))
+            cached = self._cached(key)
             engine = self._build(graph, key)
             if _fixes_more(declared, graph.dynamic, inputs):
                 # the graph fixes an axis its file's name leaves free, so that its file would answer for sizes it
-                # was not made for (a file a vitlab before 2026-12 cached after a call at a size of 1): the file is
-                # dropped and the graph made again; where export itself fixes the axis, it is kept in memory only
+                # was not made for: the file is dropped, and where it was a cached one (a vitlab before 2026-12
+                # cached such a graph after a call at a size of 1) the graph is made again; where export itself
+                # fixes the axis, the graph is kept in memory only
                 self._forget(key)
-                graph = self._graph(example, index)
-                engine = self._build(graph, key)
-                if _fixes_more(declared, graph.dynamic, inputs):
-                    self._forget(key)
+                if cached:
+                    graph = self._graph(example, index)
+                    engine = self._build(graph, key)
+                    if _fixes_more(declared, graph.dynamic, inputs):
+                        self._forget(key)
         self.first_call_s = time.perf_counter() - start
         # export may have fixed axes the family leaves free: key by what stayed free, but for an axis fixed because
         # this call gave it at a size of 1, which other calls' graphs keep free (_fixed)
@@ -220,10 +223,16 @@ class Runtime:
             return OnnxRuntimeBackend(str(path), self.settings, "int8")
         return OpenVinoBackend(str(path), self.settings, "int8")
 
+    CACHED_SUFFIXES = (".onnx", ".xml", ".bin", "-int8.onnx", "-int8.xml", "-int8.bin")  # a key's files, every runtime
+
+    def _cached(self, key: tuple) -> bool:
+        """Whether the cache holds a file of `key` already (made by an earlier call or process)."""
+        return self.cache_dir is not None and any(self._cache_path(key, s).is_file() for s in self.CACHED_SUFFIXES)
+
     def _forget(self, key: tuple) -> None:
         """Remove the cached files of `key`, fp32 and int8, on every runtime."""
         if self.cache_dir is not None:
-            for suffix in (".onnx", ".xml", ".bin", "-int8.onnx", "-int8.xml", "-int8.bin"):
+            for suffix in self.CACHED_SUFFIXES:
                 self._cache_path(key, suffix).unlink(missing_ok=True)
 
     def _cache_path(self, key: tuple, suffix: str = ".onnx") -> Path:
@@ -275,11 +284,12 @@ def _free_axes_from(path: Path, graph: Graph, record: dict[str, Any] | None = No
     graph.dynamic = tuple({int(k): v for k, v in d.items()} for d in record["dynamic"])
 
 
-def _warn_of_saturation(path: Path, record: dict[str, Any] | None = None) -> None:
-    """Say so where an int8 graph was made for a CPU with VNNI and this one has none (quantize.saturation_risk)."""
+def _warn_of_saturation(path: Path, record: dict[str, Any]) -> None:
+    """Say so where an int8 graph (`record`: its file's) was made for a CPU with VNNI and this one has none
+    (quantize.saturation_risk)."""
     from .quantize import saturation_risk
 
-    risk = saturation_risk(record if record is not None else read_metadata(path), path)
+    risk = saturation_risk(record, path)
     if risk:
         print(f"runtime: {risk}", file=sys.stderr)
 
@@ -357,16 +367,10 @@ def load(run_or_file: str | os.PathLike | nn.Module, backend: str | None = None,
         return runtime_model(model, backend or "torch", precision or "fp32", threads, cache_dir, cache_name,
                              recorded)
     if path.suffix == ".safetensors":
-        import json
+        from ..checkpoint import load_model, recorded_preprocessing
 
-        from safetensors import safe_open
-
-        from ..checkpoint import load_model
-
-        with safe_open(str(path), framework="pt") as f:  # the metadata only: the tensors are read once, below
-            recorded = (f.metadata() or {}).get("preprocessing")  # the key interop/preprocessing.py writes
         return runtime_model(load_model(path).eval(), backend or "torch", precision or "fp32", threads, cache_dir,
-                             preprocessing=json.loads(recorded) if recorded else None)
+                             preprocessing=recorded_preprocessing(path))
     if path.suffix not in FILE_BACKENDS:
         raise ValueError(f"{path}: expected a run folder, a .safetensors file, or a file from `vitlab export` "
                          f"({', '.join(FILE_BACKENDS)})")

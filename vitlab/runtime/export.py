@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..atomic import replacing, user_file_mode
+from ..checkpoint import WEIGHT_FILE_SUFFIXES
 from ..reading import damaged, reading
 from .graphs import ExportError, Graph, graph_for
 
@@ -83,9 +84,6 @@ def export_graph(graph: Graph, path: str | os.PathLike, fmt: str = "onnx", optim
 GRAPH_FORMAT = 4
 
 
-MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".npz", ".ckpt")  # what a model folder's weights are in
-
-
 def run_cache(run_dir: str | os.PathLike, weights: str, source: str | os.PathLike | None = None
               ) -> tuple[Path, str]:
     """Where a run's runtime graphs are kept, and their name prefix: a new checkpoint, or a new GRAPH_FORMAT, gets
@@ -93,7 +91,7 @@ def run_cache(run_dir: str | os.PathLike, weights: str, source: str | os.PathLik
     made a file name; or a model's folder, stamped by its newest weights or config file (weights replaced inside a
     folder leave the folder's own time as it was; its other files, a clone's .git, a run's metrics, do not count)."""
     path = Path(source) if source is not None else Path(run_dir) / f"{weights}.safetensors"
-    files = [p for p in path.iterdir() if p.is_file() and (p.suffix in MODEL_FILE_SUFFIXES or p.name.endswith(
+    files = [p for p in path.iterdir() if p.is_file() and (p.suffix in WEIGHT_FILE_SUFFIXES or p.name.endswith(
         "config.json"))] if path.is_dir() else [path]
     stamp = int(max((p.stat().st_mtime for p in files), default=path.stat().st_mtime))
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", weights) if source is not None else weights
